@@ -1,0 +1,3 @@
+"""sago_train"""
+from .version import __version__
+

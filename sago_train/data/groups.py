@@ -1,0 +1,408 @@
+"""Variant groups and variant sets (SPEC "Data").
+
+A *variant group* is one example written K >= 2 ways; a *variant set* is a named collection of groups.
+Everything that reads user data validates it here and raises :class:`~sago_train.errors.SagoInputError`
+naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from ..errors import SagoInputError, did_you_mean
+
+Message = dict[str, str]
+Variant = Union[str, list[Message]]
+
+GROUP_KEYS = ("id", "variants", "kinds", "canonical", "reference", "choices", "answer", "meta")
+CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
+# Set names become file names (<out>/<set>.jsonl); restricting them keeps outputs inside the output dir.
+_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def validate_set_name(name: str, **where: Any) -> str:
+    """Check that ``name`` is safe as a file name component and return it."""
+    if not isinstance(name, str) or not _SET_NAME.match(name) or ".." in name:
+        raise SagoInputError(
+            f"invalid set name {name!r}: expected letters, digits, '_', '-' or '.', starting with a letter or digit",
+            hint="set names become file names, so they cannot contain '/' or '..'",
+            **where,
+        )
+    return name
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+@dataclass
+class VariantGroup:
+    """One example written K >= 2 ways.
+
+    Example:
+        >>> g = VariantGroup(id="capital-017", variants=["What is the capital of France?", "Name France's capital."],
+        ...                  reference=" Paris")
+        >>> g.k
+        2
+    """
+
+    id: str
+    variants: list[Variant]
+    kinds: list[str] | None = None
+    canonical: int = 0
+    reference: str | None = None
+    choices: list[str] | None = None
+    # Index into ``choices``: one for all variants, or one per variant when options were shuffled.
+    answer: int | list[int] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_group(self)
+
+    @property
+    def k(self) -> int:
+        return len(self.variants)
+
+    def answer_for(self, k: int) -> int | None:
+        """The correct choice index for variant ``k`` (None without choices)."""
+        if self.answer is None:
+            return None
+        return self.answer[k] if isinstance(self.answer, list) else self.answer
+
+    def is_chat(self, k: int) -> bool:
+        return isinstance(self.variants[k], list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "variants": self.variants}
+        for key in ("kinds", "reference", "choices", "answer"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.canonical:
+            out["canonical"] = self.canonical
+        if self.meta:
+            out["meta"] = self.meta
+        return out
+
+    @classmethod
+    def from_dict(
+        cls, record: Any, *, index: int = 0, source: str | None = None, line: int | None = None
+    ) -> VariantGroup:
+        """Build a group from a JSON-like record, raising a located :class:`SagoInputError` when invalid."""
+        where = {"source": source, "line": line}
+        if not isinstance(record, Mapping):
+            raise SagoInputError(f"expected a JSON object (a variant group), got {_type_name(record)}", **where)
+        for key in record:
+            if key not in GROUP_KEYS:
+                raise SagoInputError(
+                    f"unknown key '{key}'.{did_you_mean(str(key), GROUP_KEYS)} Valid keys: {', '.join(GROUP_KEYS)}",
+                    hint="put extra fields under 'meta'",
+                    **where,
+                )
+        if "variants" not in record:
+            raise SagoInputError("missing required field 'variants' (a list of at least 2 prompts)", **where)
+        gid = record.get("id", f"#{index}")
+        if isinstance(gid, bool) or not isinstance(gid, (str, int)):
+            raise SagoInputError(f"expected a string or integer id, got {_type_name(gid)}", key="id", **where)
+        try:
+            return cls(
+                id=str(gid),
+                variants=record["variants"],
+                kinds=record.get("kinds"),
+                canonical=record.get("canonical", 0),
+                reference=record.get("reference"),
+                choices=record.get("choices"),
+                answer=record.get("answer"),
+                meta=record.get("meta") if record.get("meta") is not None else {},
+            )
+        except SagoInputError as err:
+            # Re-raise with the location that only the caller knows.
+            raise SagoInputError(err.message, key=err.key, hint=err.hint, **where) from None
+
+
+def _check_message_list(value: list[Any], i: int) -> None:
+    if not value:
+        raise SagoInputError(f"variant {i} is an empty message list", key="variants")
+    for j, msg in enumerate(value):
+        if not isinstance(msg, Mapping):
+            raise SagoInputError(
+                f"variant {i}, message {j}: expected an object with 'role' and 'content', got {_type_name(msg)}",
+                key="variants",
+            )
+        role, content = msg.get("role"), msg.get("content")
+        if role not in CHAT_ROLES:
+            raise SagoInputError(
+                f"variant {i}, message {j}: role {role!r} is not one of {', '.join(CHAT_ROLES)}."
+                + (did_you_mean(role, CHAT_ROLES) if isinstance(role, str) else ""),
+                key="variants",
+            )
+        if not isinstance(content, str):
+            raise SagoInputError(
+                f"variant {i}, message {j}: expected string 'content', got {_type_name(content)}", key="variants"
+            )
+
+
+def validate_group(g: VariantGroup) -> None:
+    """Validate a group in place (raises :class:`SagoInputError` without location; callers add it)."""
+    v = g.variants
+    if not isinstance(v, list):
+        raise SagoInputError(f"expected a list of prompts, got {_type_name(v)}", key="variants")
+    if len(v) < 2:
+        raise SagoInputError(
+            f"a variant group needs at least 2 variants, got {len(v)}",
+            key="variants",
+            hint="stability is measured across variants of the same input",
+        )
+    for i, x in enumerate(v):
+        if isinstance(x, str):
+            if not x.strip():
+                raise SagoInputError(f"variant {i} is empty", key="variants")
+        elif isinstance(x, list):
+            _check_message_list(x, i)
+        else:
+            raise SagoInputError(
+                f"variant {i}: expected a string or a list of chat messages, got {_type_name(x)}", key="variants"
+            )
+    if g.kinds is not None:
+        if not isinstance(g.kinds, list) or not all(isinstance(s, str) for s in g.kinds):
+            raise SagoInputError(f"expected a list of strings, got {_type_name(g.kinds)}", key="kinds")
+        if len(g.kinds) != len(v):
+            raise SagoInputError(
+                f"expected one kind per variant ({len(v)}), got {len(g.kinds)}", key="kinds"
+            )
+    if isinstance(g.canonical, bool) or not isinstance(g.canonical, int) or not 0 <= g.canonical < len(v):
+        raise SagoInputError(
+            f"expected a variant index in [0, {len(v) - 1}], got {g.canonical!r}", key="canonical"
+        )
+    if g.reference is not None:
+        if not isinstance(g.reference, str):
+            raise SagoInputError(f"expected a string, got {_type_name(g.reference)}", key="reference")
+        if not g.reference.strip():
+            raise SagoInputError("reference is empty", key="reference", hint="omit it to use the greedy output")
+    if g.choices is not None:
+        if (
+            not isinstance(g.choices, list)
+            or len(g.choices) < 2
+            or not all(isinstance(c, str) and c.strip() for c in g.choices)
+        ):
+            raise SagoInputError("expected a list of at least 2 non-empty strings", key="choices")
+    if g.answer is not None:
+        if g.choices is None:
+            raise SagoInputError("'answer' needs 'choices'", key="answer")
+        answers = g.answer if isinstance(g.answer, list) else [g.answer]
+        if isinstance(g.answer, list) and len(g.answer) != len(v):
+            raise SagoInputError(
+                f"expected one answer index per variant ({len(v)}), got {len(g.answer)}", key="answer"
+            )
+        for a in answers:
+            if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(g.choices):
+                raise SagoInputError(
+                    f"expected a choice index in [0, {len(g.choices) - 1}], got {a!r}", key="answer"
+                )
+    if not isinstance(g.meta, dict):
+        raise SagoInputError(f"expected an object, got {_type_name(g.meta)}", key="meta")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors."""
+    p = Path(path)
+    if not p.exists():
+        raise SagoInputError(f"file not found: {p}", hint="check the path")
+    if p.is_dir():
+        raise SagoInputError(f"{p} is a directory, expected a JSONL file")
+    raw = p.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte-order mark is harmless; accept it
+    for lineno, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise SagoInputError(
+                f"not valid UTF-8 (byte {err.start})", source=str(p), line=lineno, hint="save the file as UTF-8"
+            ) from None
+        try:
+            yield lineno, json.loads(text, parse_constant=_reject_constant)
+        except (json.JSONDecodeError, ValueError) as err:
+            msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+            col = f" (column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
+            raise SagoInputError(
+                f"malformed JSON: {msg}{col}", source=str(p), line=lineno, hint="each line must be one JSON object"
+            ) from None
+
+
+@dataclass
+class VariantSet:
+    """A named collection of variant groups.
+
+    Example:
+        >>> vs = VariantSet.from_records([{"id": "a", "variants": ["2+2=", "two plus two is"]}], name="math")
+        >>> len(vs), vs.name
+        (1, 'math')
+    """
+
+    name: str
+    groups: list[VariantGroup]
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_set_name(self.name, source=self.source)
+        if not self.groups:
+            raise SagoInputError(f"variant set '{self.name}' has no groups", source=self.source)
+        seen: dict[str, int] = {}
+        for i, g in enumerate(self.groups):
+            if g.id in seen:
+                line = g.meta.get("_line") if isinstance(g.meta, dict) else None
+                raise SagoInputError(
+                    f"duplicate id '{g.id}' (first seen in group {seen[g.id]})",
+                    source=self.source,
+                    line=line,
+                    key="id",
+                    hint="ids must be unique within a set",
+                )
+            seen[g.id] = i
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __iter__(self) -> Iterator[VariantGroup]:
+        return iter(self.groups)
+
+    def __getitem__(self, i: int) -> VariantGroup:
+        return self.groups[i]
+
+    @property
+    def kinds(self) -> list[str] | None:
+        """The kinds shared by every group (per-kind analysis is possible), else None."""
+        first = self.groups[0].kinds
+        if first is None:
+            return None
+        return list(first) if all(g.kinds == first for g in self.groups) else None
+
+    def subset(self, indices: Sequence[int]) -> VariantSet:
+        return VariantSet(self.name, [self.groups[i] for i in indices], source=self.source)
+
+    @classmethod
+    def from_records(
+        cls, records: Iterable[Any], name: str, *, source: str | None = None
+    ) -> VariantSet:
+        """Build a set from dicts (or :class:`VariantGroup` objects)."""
+        groups = []
+        for i, rec in enumerate(records):
+            groups.append(rec if isinstance(rec, VariantGroup) else VariantGroup.from_dict(rec, index=i, source=source))
+        return cls(name, groups, source=source)
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str], name: str | None = None) -> VariantSet:
+        """Read a SPEC JSONL file (one group per line); ``name`` defaults to the file's stem."""
+        p = Path(path)
+        groups: list[VariantGroup] = []
+        lines: dict[str, int] = {}
+        for i, (lineno, rec) in enumerate(read_jsonl(p)):
+            g = VariantGroup.from_dict(rec, index=i, source=str(p), line=lineno)
+            if g.id in lines:
+                raise SagoInputError(
+                    f"duplicate id '{g.id}' (first on line {lines[g.id]})",
+                    source=str(p),
+                    line=lineno,
+                    key="id",
+                    hint="ids must be unique within a set",
+                )
+            lines[g.id] = lineno
+            groups.append(g)
+        if not groups:
+            raise SagoInputError("no variant groups in file (it is empty)", source=str(p))
+        set_name = name if name is not None else re.sub(r"[^A-Za-z0-9_.\-]", "_", p.stem)
+        return cls(set_name, groups, source=str(p))
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, name: str) -> VariantSet:
+        """Build a set from a ``datasets.Dataset`` whose rows follow the SPEC group schema."""
+        cols = set(getattr(dataset, "column_names", []) or [])
+        # Datasets fill absent optional fields with None; drop those so defaults apply.
+        records = ({k: v for k, v in row.items() if v is not None or k not in cols} for row in dataset)
+        records = ({k: v for k, v in r.items() if v is not None} for r in records)
+        return cls.from_records(records, name, source=f"<dataset {name}>")
+
+    def to_jsonl(self, path: str | os.PathLike[str]) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            for g in self.groups:
+                f.write(json.dumps(g.to_dict(), ensure_ascii=False) + "\n")
+
+
+SetsLike = Union[VariantSet, str, os.PathLike, Mapping[str, Union[VariantSet, str, os.PathLike]], Sequence[Any]]
+
+
+def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:
+    """Normalize the many ways of naming sets into ``{name: VariantSet}``.
+
+    Accepts a :class:`VariantSet`, a path, a ``"NAME=PATH"`` string, a mapping name -> set or path, or a
+    list of any of these.
+
+    Example:
+        >>> resolve_sets(VariantSet.from_records([{"variants": ["a", "b"]}], name="x"))["x"].name
+        'x'
+    """
+    out: dict[str, VariantSet] = {}
+
+    def add(vs: VariantSet) -> None:
+        if vs.name in out:
+            raise SagoInputError(f"two variant sets are named '{vs.name}'", hint="give each set a unique name")
+        out[vs.name] = vs
+
+    if isinstance(sets, VariantSet):
+        add(sets)
+    elif isinstance(sets, (str, os.PathLike)):
+        text = os.fspath(sets)
+        if "=" in text and not Path(text).exists():
+            name, path = text.split("=", 1)
+            add(VariantSet.from_jsonl(path, name=validate_set_name(name)))
+        else:
+            add(VariantSet.from_jsonl(text))
+    elif isinstance(sets, Mapping):
+        for name, value in sets.items():
+            if isinstance(value, VariantSet):
+                add(value if value.name == name else VariantSet(validate_set_name(name), value.groups, value.source))
+            else:
+                add(VariantSet.from_jsonl(value, name=validate_set_name(name)))
+    elif isinstance(sets, Sequence):
+        for item in sets:
+            for vs in resolve_sets(item).values():
+                add(vs)
+    else:
+        raise SagoInputError(
+            f"expected a VariantSet, a path, or a mapping of names to sets, got {type(sets).__name__}"
+        )
+    if not out:
+        raise SagoInputError("no variant sets given")
+    return out
+
+
+def bundled_set_paths() -> dict[str, Path]:
+    """The example sets shipped with the package (``sago_train/assets/sets/*.jsonl``)."""
+    root = Path(__file__).resolve().parent.parent / "assets" / "sets"
+    return {p.stem: p for p in sorted(root.glob("*.jsonl"))}
+
+
+def bundled_sets() -> dict[str, VariantSet]:
+    """Load the example sets shipped with the package."""
+    return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths().items()}
+
+
+def is_finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,67 @@
+"""Errors that the CLI turns into one clear line and exit code 2.
+
+Every user-facing validation error is a :class:`SagoInputError`: it says *where* (file, line, key),
+*what* was expected versus what was found, and *how* to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class SagoInputError(ValueError):
+    """Invalid user input (data, config, CLI arguments).
+
+    Example:
+        >>> raise SagoInputError("expected a list", source="sets/p.jsonl", line=3, key="variants")
+        Traceback (most recent call last):
+        ...
+        sago_train.errors.SagoInputError: sets/p.jsonl:3: field 'variants': expected a list
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.source = source
+        self.line = line
+        self.key = key
+        self.hint = hint
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        where = ""
+        if self.source is not None:
+            where = str(self.source)
+            if self.line is not None:
+                where += f":{self.line}"
+            where += ": "
+        elif self.line is not None:
+            where = f"line {self.line}: "
+        field = f"field '{self.key}': " if self.key is not None else ""
+        text = f"{where}{field}{self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return ``" Did you mean 'x'?"`` for the closest choice, or ``""`` when nothing is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def unknown_name_error(kind: str, name: str, choices: Iterable[str], **where: object) -> SagoInputError:
+    """The error for an unknown axis/similarity/key, listing the valid names and the closest one."""
+    choices = sorted(choices)
+    return SagoInputError(
+        f"unknown {kind} '{name}'.{did_you_mean(name, choices)} Valid: {', '.join(choices)}",
+        **where,  # type: ignore[arg-type]
+    )

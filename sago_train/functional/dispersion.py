@@ -1,0 +1,87 @@
+"""Dispersion of K variants' vectors and scalars: the O(K) formulas behind the axes and the loss."""
+
+from __future__ import annotations
+
+import torch
+
+
+def activation_dispersion(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """Mean pairwise cosine distance of K vectors in O(K), differentiable.
+
+    ``vectors`` has shape ``[..., K, H]``; the result has shape ``[...]``. With ``u_k = h_k / ||h_k||``
+    (computed in float32 whatever the input dtype), the value is ``K/(K-1) * (1 - ||mean_k u_k||^2)``,
+    which equals the mean of ``1 - cos(h_i, h_j)`` over the ``K(K-1)/2`` distinct pairs.
+
+    Example:
+        >>> h = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> float(activation_dispersion(h))
+        1.0
+    """
+    if vectors.dim() < 2:
+        raise ValueError(f"expected vectors of shape [..., K, H], got shape {tuple(vectors.shape)}")
+    k = vectors.shape[-2]
+    if k < 2:
+        raise ValueError(f"need at least 2 variants along dim -2, got K={k}")
+    v = vectors.float()
+    # Normalizing with a floor on the squared norm keeps zero vectors finite (and their gradient defined).
+    u = v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
+    m = u.mean(dim=-2)
+    return (k / (k - 1)) * (1.0 - (m * m).sum(-1))
+
+
+def anchor_activation_distance(vectors: torch.Tensor, canonical: int | torch.Tensor = 0, eps: float = 1e-12) -> torch.Tensor:
+    """Mean cosine distance of each non-canonical variant to the canonical one, canonical side detached.
+
+    ``vectors`` ``[..., K, H]`` -> ``[...]``. ``canonical`` is an index along K (an int, or a tensor of
+    shape ``[...]`` for per-group canonical indices).
+
+    Example:
+        >>> h = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+        >>> float(anchor_activation_distance(h, 0))
+        0.5
+    """
+    k = vectors.shape[-2]
+    if k < 2:
+        raise ValueError(f"need at least 2 variants along dim -2, got K={k}")
+    v = vectors.float()
+    u = v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
+    if isinstance(canonical, int):
+        idx = torch.full(u.shape[:-2], canonical, dtype=torch.long, device=u.device)
+    else:
+        idx = canonical.to(device=u.device, dtype=torch.long)
+    anchor = torch.gather(u, -2, idx[..., None, None].expand(*u.shape[:-2], 1, u.shape[-1])).detach()
+    dist = 1.0 - (u * anchor).sum(-1)  # [..., K]; 0 at the canonical position
+    return dist.sum(-1) / (k - 1)
+
+
+def mean_pairwise_abs_diff(values: torch.Tensor) -> torch.Tensor:
+    """Mean of ``|x_i - x_j|`` over distinct pairs along the last dim, in O(K log K).
+
+    Uses the sorted identity ``sum_{i<j} |x_i - x_j| = sum_r (2r - K + 1) x_(r)``.
+
+    Example:
+        >>> float(mean_pairwise_abs_diff(torch.tensor([0.0, 1.0, 0.5])))
+        0.6666666865348816
+    """
+    k = values.shape[-1]
+    if k < 2:
+        raise ValueError(f"need at least 2 values along the last dim, got K={k}")
+    x, _ = values.float().sort(dim=-1)
+    r = torch.arange(k, device=x.device, dtype=x.dtype)
+    total = (x * (2 * r - k + 1)).sum(-1)
+    return total / (k * (k - 1) / 2)
+
+
+def per_variant_cosine_distance(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """For each variant, its mean cosine distance to the other K-1 variants: ``[..., K, H] -> [..., K]``.
+
+    The mean over K of this equals :func:`activation_dispersion`, which makes it the per-variant share of
+    the activation axis used for per-kind analysis.
+    """
+    k = vectors.shape[-2]
+    v = vectors.float()
+    u = v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
+    s = u.sum(dim=-2, keepdim=True)
+    # sum_{j != k} cos(u_k, u_j) = u_k . (S - u_k) = u_k . S - ||u_k||^2
+    cos_sum = (u * s).sum(-1) - (u * u).sum(-1)
+    return 1.0 - cos_sum / (k - 1)
