@@ -1,0 +1,30 @@
+"""The SAGO axes. Importing this package registers the built-in axes."""
+
+from . import activation, confidence, generation, mirroring  # noqa: F401 - registration side effects
+from .activation import activation_instability
+from .confidence import confidence_instability
+from .correctness import choice_index, correctness_summary, is_correct, variant_correct
+from .generation import generation_instability
+from .mirroring import mirroring_instability
+from .registry import AXES, Axis, AxisValue, GroupInputs, get_axis, parse_axes, register_axis
+
+DEFAULT_AXES = ("activation", "confidence", "generation", "mirroring")
+
+__all__ = [
+    "AXES",
+    "DEFAULT_AXES",
+    "Axis",
+    "AxisValue",
+    "GroupInputs",
+    "activation_instability",
+    "choice_index",
+    "confidence_instability",
+    "correctness_summary",
+    "generation_instability",
+    "get_axis",
+    "is_correct",
+    "mirroring_instability",
+    "parse_axes",
+    "register_axis",
+    "variant_correct",
+]

@@ -1,0 +1,1 @@
+"""The ``sago-train`` command line."""

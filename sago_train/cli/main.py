@@ -1,0 +1,45 @@
+"""``sago-train``: entry point and sub-command dispatch. User errors print one line and exit with 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import SagoInputError
+from ..version import __version__
+from . import eval_cmd
+
+COMMANDS = {"eval": eval_cmd}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sago-train",
+        description="SAGO: measure how much a model's behaviour changes across variants of the same input.",
+    )
+    parser.add_argument("--version", action="version", version=f"sago_train {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, module in COMMANDS.items():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SagoInputError as err:
+        print(f"sago-train {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sago-train: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

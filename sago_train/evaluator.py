@@ -1,0 +1,278 @@
+"""``SAGOEvaluator``: compute the SAGO axes of a model on variant sets (the Python entry point; the CLI and
+the Trainer callback use it). It moves data only: maths lives in ``axes``/``functional``/``stats``."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import distributed
+from .axes import GroupInputs, get_axis, variant_correct
+from .config import SAGOConfig
+from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets
+from .errors import SagoInputError
+from .extraction import Extractor, context_length, encode_continuation, encode_variant
+from .layers import num_decoder_layers, resolve_layers
+from .results import EvalResult, GroupResult, SetResult
+from .similarity import get_similarity
+
+SKIP_TOO_LONG = "prompt longer than the model's context"
+
+
+def _variant_text(variant: Any) -> str:
+    if isinstance(variant, str):
+        return variant
+    return "\n".join(m.get("content", "") for m in variant)
+
+
+def select_groups(vs: VariantSet, max_groups: int | None, seed: int) -> list[int]:
+    """Indices of the groups to evaluate: all, or a seeded subset that is the same at every evaluation."""
+    n = len(vs)
+    if max_groups is None or max_groups >= n:
+        return list(range(n))
+    return sorted(random.Random(f"sago-subset:{seed}:{vs.name}").sample(range(n), max_groups))
+
+
+class SAGOEvaluator:
+    """Measures SAGO on variant sets.
+
+    Example:
+        >>> from sago_train import SAGOEvaluator, bundled_sets, tiny_model_path
+        >>> ev = SAGOEvaluator.from_pretrained(tiny_model_path(), axes="activation,confidence")  # doctest: +SKIP
+        >>> result = ev.evaluate(bundled_sets())  # doctest: +SKIP
+        >>> result.sets["paraphrase"].summaries["activation"].mean  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any, config: SAGOConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise SagoInputError("pass either config= or keyword options, not both")
+        self.config = config if config is not None else SAGOConfig.from_kwargs(**options)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.axes = [get_axis(a) for a in self.config.axes]
+        self.needs = set().union(*(a.needs for a in self.axes))
+        self._layers: list[int] | None = None
+        self._similarity: Callable | None = None
+        self.model_name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        dtype: str | torch.dtype | None = None,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+        **options: Any,
+    ) -> SAGOEvaluator:
+        """Load a model (a full model or a PEFT adapter folder) and its tokenizer, then build an evaluator."""
+        from .modeling import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(
+            path, dtype=dtype, device=device, trust_remote_code=trust_remote_code
+        )
+        ev = cls(model, tokenizer, **options)
+        ev.model_name = str(path)
+        return ev
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def layers(self) -> list[int]:
+        if self._layers is None:
+            self._layers = resolve_layers(self.config.layers, num_decoder_layers(self.model))
+        return self._layers
+
+    @property
+    def similarity(self) -> Callable:
+        if self._similarity is None:
+            self._similarity = get_similarity(self.config.similarity, embedding_model=self.config.embedding_model)
+        return self._similarity
+
+    def _needs_generation(self, groups: list[VariantGroup]) -> bool:
+        if "generations" in self.needs:
+            return True
+        if "logprobs" in self.needs and any(g.reference is None for g in groups):
+            return True  # r falls back to the canonical variant's greedy output
+        return any(g.reference is not None or g.choices is not None for g in groups)  # correctness
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(
+        self, sets: SetsLike, *, progress: Callable[[int], None] | None = None
+    ) -> EvalResult:
+        """Evaluate every set; under ``torch.distributed`` groups are sharded across ranks and gathered, so
+        every rank returns the same full result."""
+        resolved = resolve_sets(sets)
+        results = {name: self._evaluate_set(vs, progress) for name, vs in resolved.items()}
+        return EvalResult(results, self.model_name, self.config.to_dict(), seed=self.config.seed)
+
+    def count_sequences(self, sets: SetsLike) -> int:
+        """How many sequences (variants x passes) an evaluation processes on this rank, for progress bars."""
+        total = 0
+        for vs in resolve_sets(sets).values():
+            idx = select_groups(vs, self.config.max_groups, self.config.seed)
+            mine = [idx[i] for i in distributed.shard_indices(len(idx))]
+            k = sum(vs[i].k for i in mine)
+            passes = int(self._needs_generation([vs[i] for i in mine])) + int(
+                bool(self.needs & {"hidden", "logprobs"})
+            )
+            total += k * passes
+        return total
+
+    def _evaluate_set(self, vs: VariantSet, progress: Callable[[int], None] | None) -> SetResult:
+        cfg = self.config
+        chosen = select_groups(vs, cfg.max_groups, cfg.seed)
+        mine = [chosen[i] for i in distributed.shard_indices(len(chosen))]
+        # Decided on the whole selection, not the shard, so every rank makes the same collective calls.
+        need_generation = self._needs_generation([vs[i] for i in chosen])
+        local, skipped = self._evaluate_groups(vs, mine, need_generation, progress)
+        gathered = distributed.gather_objects(local)
+        skipped_all = distributed.gather_objects([skipped])
+        gathered.sort(key=lambda pair: pair[0])
+        skip_counts: dict[str, int] = {}
+        for part in skipped_all:
+            for reason, count in part.items():
+                skip_counts[reason] = skip_counts.get(reason, 0) + count
+        groups = [g for _, g in gathered]
+        return SetResult(
+            vs.name,
+            list(cfg.axes),
+            groups,
+            vs.kinds,
+            skip_counts,
+            seed=cfg.seed,
+            n_bootstrap=cfg.n_bootstrap,
+        )
+
+    def _evaluate_groups(
+        self,
+        vs: VariantSet,
+        indices: list[int],
+        need_generation: bool,
+        progress: Callable[[int], None] | None,
+    ) -> tuple[list[tuple[int, GroupResult]], dict[str, int]]:
+        cfg = self.config
+        tok = self.tokenizer
+        ctx = context_length(self.model)
+        groups: list[tuple[int, VariantGroup, list[list[int]]]] = []
+        skipped: dict[str, int] = {}
+        gen_budget = cfg.max_new_tokens
+        for i in indices:
+            g = vs[i]
+            try:
+                prompts = [encode_variant(v, tok) for v in g.variants]
+            except SagoInputError as err:
+                raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group '{g.id}'") from None
+            ref_len = len(encode_continuation(g.reference, tok)) if g.reference else 0
+            longest = max(len(p) for p in prompts) + max(gen_budget, ref_len)
+            if ctx is not None and longest > ctx:
+                if cfg.strict:
+                    raise SagoInputError(
+                        f"group '{g.id}' needs {longest} tokens (prompt + continuation) but the model's context "
+                        f"is {ctx}",
+                        source=vs.source,
+                        hint="shorten the prompt, lower --max-new-tokens, or drop --strict to skip and count it",
+                    )
+                skipped[SKIP_TOO_LONG] = skipped.get(SKIP_TOO_LONG, 0) + 1
+                continue
+            groups.append((i, g, prompts))
+
+        extractor = Extractor(
+            self.model,
+            tok,
+            layers=self.layers if "hidden" in self.needs else [],
+            pooling=cfg.pooling,
+            batch_size=cfg.batch_size,
+            max_new_tokens=cfg.max_new_tokens,
+            stop_strings=cfg.stop_strings,
+            progress=progress,
+        )
+        flat_prompts = [p for _, _, ps in groups for p in ps]
+        offsets = []
+        pos = 0
+        for _, g, _ in groups:
+            offsets.append(pos)
+            pos += g.k
+
+        outputs: list[str] | None = None
+        if need_generation:
+            outputs = extractor.generate(flat_prompts)
+
+        # r: the reference when given, else the canonical variant's greedy output.
+        scored_refs: list[str | None] = []
+        for (_, g, _), off in zip(groups, offsets):
+            if g.reference is not None:
+                scored_refs.append(g.reference)
+            elif outputs is not None:
+                scored_refs.append(outputs[off + g.canonical])
+            else:
+                scored_refs.append(None)
+
+        hidden = logprobs = None
+        if self.needs & {"hidden", "logprobs"}:
+            conts = None
+            if "logprobs" in self.needs:
+                conts = []
+                for (_, g, _), r in zip(groups, scored_refs):
+                    ids = encode_continuation(r, tok) if r else []
+                    conts.extend([ids] * g.k)
+            scored = extractor.score(flat_prompts, conts, want_hidden="hidden" in self.needs)
+            hidden, logprobs = scored.hidden, scored.mean_logprob
+
+        results: list[tuple[int, GroupResult]] = []
+        for (i, g, _), off, r in zip(groups, offsets, scored_refs):
+            sl = slice(off, off + g.k)
+            outs = outputs[sl] if outputs is not None else None
+            inputs = GroupInputs(
+                prompts=[_variant_text(v) for v in g.variants],
+                reference=g.reference,
+                outputs=outs,
+                hidden=hidden[sl] if hidden is not None else None,
+                logprobs=logprobs[sl] if logprobs is not None else None,
+                similarity=self.similarity if "generations" in self.needs else None,
+            )
+            axes: dict[str, float] = {}
+            per_variant: dict[str, list[float]] = {}
+            extra: dict[str, float] = {}
+            for axis in self.axes:
+                value = axis.fn(inputs)
+                axes[axis.name] = value.value
+                per_variant[axis.name] = value.per_variant
+                extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+            correct = None
+            if outs is not None and (g.reference is not None or g.choices is not None):
+                correct = [
+                    bool(
+                        variant_correct(
+                            y, reference=g.reference, choices=g.choices, answer=g.answer_for(k), mode=cfg.correctness
+                        )
+                    )
+                    for k, y in enumerate(outs)
+                ]
+            lp = [float(x) for x in logprobs[sl].tolist()] if logprobs is not None else None
+            if lp is not None and any(math.isnan(x) for x in lp):
+                lp = None
+            results.append(
+                (
+                    i,
+                    GroupResult(
+                        id=g.id,
+                        variants=g.variants,
+                        kinds=g.kinds,
+                        outputs=outs,
+                        reference=g.reference,
+                        scored_reference=r,
+                        axes=axes,
+                        per_variant=per_variant,
+                        logprobs=lp,
+                        correct=correct,
+                        extra=extra,
+                    ),
+                )
+            )
+        return results, skipped

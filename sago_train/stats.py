@@ -1,0 +1,459 @@
+"""Statistics over per-group axis values (see SPEC.md, "Statistics").
+
+Pure numpy/scipy: no torch, no I/O. Every function takes per-group values (one float per variant group, NaN where
+an axis is undefined for a group), drops the NaNs and reports in ``n`` how many values it used. Random resampling
+uses ``numpy.random.default_rng(seed)``, so every result is deterministic for a seed.
+
+- :func:`bootstrap_ci` -- mean over groups with a percentile-bootstrap CI (:class:`Summary`).
+- :func:`paired_comparison` -- two evaluations on the same groups: mean difference, paired-bootstrap CI and a
+  one-sided Wilcoxon signed-rank p-value (:class:`PairedResult`).
+- :func:`kind_effect` -- per-kind means and a Friedman test across groups (:class:`KindEffect`).
+- :func:`axis_correlation` -- Spearman correlation matrix of the axes (:class:`Correlation`).
+- :func:`rank_reversal` -- rankings per set, Kendall's tau between sets, order flips (:class:`RankReversal`).
+- :func:`to_jsonable` -- plain JSON-able dicts/lists (NaN -> None) from any of the above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as _st
+
+__all__ = [
+    "Summary",
+    "PairedResult",
+    "KindEffect",
+    "Correlation",
+    "RankReversal",
+    "bootstrap_ci",
+    "paired_comparison",
+    "kind_effect",
+    "axis_correlation",
+    "rank_reversal",
+    "to_jsonable",
+]
+
+_ALTERNATIVES = ("greater", "less", "two-sided")
+# Upper bound on the number of resampled indices held in memory at once (rows of the bootstrap are drawn in chunks).
+_CHUNK_ELEMENTS = 4_000_000
+_NAN = float("nan")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# JSON conversion
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert results (and numpy values) to plain JSON-able Python objects.
+
+    Dataclasses become dicts, tuples and numpy arrays become lists, numpy scalars become ``int``/``float``/``bool``,
+    mapping keys become strings, and non-finite floats (NaN, +-inf) become ``None`` so that ``json.dumps(...,
+    allow_nan=False)`` succeeds.
+
+    Example:
+        >>> to_jsonable({"a": np.float64("nan"), "b": np.arange(2), "c": Summary(0.5, 0.25, 0.75, 4)})
+        {'a': None, 'b': [0, 1], 'c': {'mean': 0.5, 'ci_low': 0.25, 'ci_high': 0.75, 'n': 4}}
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+class _JsonMixin:
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of the fields (NaN -> None)."""
+        return to_jsonable(self)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _as_1d(values: Any, name: str) -> np.ndarray:
+    """float64 1-D copy of ``values`` (``None`` entries become NaN)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence of per-group values, got shape {arr.shape}")
+    return arr
+
+
+def _check_resampling(n_resamples: int, confidence: float) -> None:
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if not (0.0 < float(confidence) < 1.0):
+        raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}")
+
+
+def _bootstrap_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """Means of ``n_resamples`` resamples (with replacement) of ``x``; rows drawn in fixed-size chunks."""
+    n = x.shape[0]
+    rng = np.random.default_rng(seed)
+    rows = max(1, _CHUNK_ELEMENTS // n)
+    out = np.empty(n_resamples, dtype=np.float64)
+    for start in range(0, n_resamples, rows):
+        stop = min(start + rows, n_resamples)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        out[start:stop] = x[idx].mean(axis=1)
+    return out
+
+
+def _summary(x: np.ndarray, n_resamples: int, confidence: float, seed: int) -> Summary:
+    n = int(x.shape[0])
+    if n == 0:
+        return Summary(_NAN, _NAN, _NAN, 0)
+    mean = float(x.mean())
+    if n == 1 or bool(np.all(x == x[0])):
+        value = float(x[0]) if n == 1 else mean
+        return Summary(value, value, value, n)
+    means = _bootstrap_means(x, n_resamples, seed)
+    alpha = 1.0 - float(confidence)
+    lo, hi = np.quantile(means, [alpha / 2.0, 1.0 - alpha / 2.0])
+    # The percentile interval brackets the mean except through Monte Carlo noise or rounding in degenerate data;
+    # widen it to include the point estimate so that ci_low <= mean <= ci_high always holds.
+    return Summary(mean, float(min(lo, mean)), float(max(hi, mean)), n)
+
+
+def _quiet(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a scipy test with its Runtime/User warnings silenced (edge cases are handled by the callers)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        for name in ("ConstantInputWarning", "NearConstantInputWarning", "DegenerateDataWarning"):
+            category = getattr(_st, name, None)
+            if category is not None:
+                warnings.simplefilter("ignore", category)
+        return func(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Mean and bootstrap CI
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary(_JsonMixin):
+    """Mean over groups with a bootstrap confidence interval; ``n`` = number of (non-NaN) values used."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        """``{"mean", "ci_low", "ci_high", "n"}`` with NaN -> None.
+
+        Example:
+            >>> Summary(float("nan"), float("nan"), float("nan"), 0).to_dict()
+            {'mean': None, 'ci_low': None, 'ci_high': None, 'n': 0}
+        """
+        return to_jsonable(self)
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Summary:
+    """Mean over groups and a percentile-bootstrap CI of the mean (groups resampled with replacement).
+
+    NaN values are dropped first. No values gives NaN mean/CI and ``n=0``; one value (or constant values) gives
+    ``mean == ci_low == ci_high``. The interval is the (alpha/2, 1-alpha/2) quantiles (linear interpolation) of
+    ``n_resamples`` resample means, widened if needed to contain the mean.
+
+    Example:
+        >>> s = bootstrap_ci([0.1, 0.2, 0.3, float("nan")], seed=0)
+        >>> round(s.mean, 6), s.n, s.ci_low <= s.mean <= s.ci_high
+        (0.2, 3, True)
+    """
+    _check_resampling(n_resamples, confidence)
+    x = _as_1d(values, "values")
+    x = x[~np.isnan(x)]
+    return _summary(x, int(n_resamples), float(confidence), seed)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Paired comparison
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedResult(_JsonMixin):
+    """``after - before`` on the same groups: mean difference, paired-bootstrap CI, Wilcoxon p-value."""
+
+    mean_diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n: int
+    alternative: str
+
+
+def paired_comparison(
+    before: Sequence[float] | np.ndarray,
+    after: Sequence[float] | np.ndarray,
+    *,
+    alternative: str = "greater",
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> PairedResult:
+    """Compare two evaluations of the same groups (index i of both = the same group).
+
+    ``d = after - before`` (pairs where either value is NaN are dropped); ``mean_diff = mean(d)``; the CI is the
+    percentile bootstrap of ``mean(d)`` resampling groups (pairs) with replacement; ``p_value`` is
+    ``scipy.stats.wilcoxon(d, alternative=alternative).pvalue``. ``"greater"`` tests that ``after`` is larger,
+    i.e. MORE unstable; ``"less"`` the opposite; ``"two-sided"`` either. All-zero differences give
+    ``p_value = 1.0``; no usable pair gives NaN everywhere and ``n = 0``.
+
+    Raises:
+        ValueError: the two inputs differ in length, or ``alternative`` is unknown.
+
+    Example:
+        >>> r = paired_comparison([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.3, 0.5, 0.4, 0.6, 0.7, 0.8])
+        >>> round(r.mean_diff, 6), r.n, round(r.p_value, 6)
+        (0.2, 6, 0.015625)
+    """
+    if alternative not in _ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {', '.join(_ALTERNATIVES)}; got {alternative!r}")
+    _check_resampling(n_resamples, confidence)
+    b = _as_1d(before, "before")
+    a = _as_1d(after, "after")
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(
+            f"paired_comparison needs the same groups in both evaluations: before has {b.shape[0]} values, "
+            f"after has {a.shape[0]}"
+        )
+    keep = ~(np.isnan(a) | np.isnan(b))
+    d = a[keep] - b[keep]
+    summary = _summary(d, int(n_resamples), float(confidence), seed)
+    if d.shape[0] == 0:
+        p = _NAN
+    elif bool(np.all(d == 0)):
+        p = 1.0
+    else:
+        p = float(_quiet(_st.wilcoxon, d, alternative=alternative).pvalue)
+    return PairedResult(summary.mean, summary.ci_low, summary.ci_high, p, summary.n, alternative)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Variant-kind effect
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KindEffect(_JsonMixin):
+    """Per-kind means over groups and a test of whether the kind matters (``test``: "friedman" or "wilcoxon")."""
+
+    kinds: list[str]
+    means: dict[str, float]
+    statistic: float
+    p_value: float
+    test: str
+    n: int
+
+
+def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list[str]) -> KindEffect:
+    """Per-kind means and a Friedman test across groups, kinds as treatments.
+
+    ``per_variant`` is ``[G, K]``: one value per group and variant, column k = kind ``kinds[k]`` in every group.
+    Rows with any NaN are dropped (``n`` = rows used). With K >= 3 the test is
+    ``scipy.stats.friedmanchisquare`` over the columns (``test="friedman"``); with K == 2 it is a two-sided
+    ``scipy.stats.wilcoxon`` of column 1 - column 0 (``test="wilcoxon"``). Fewer than 2 usable groups gives NaN
+    statistic and p-value; data with no variation within any group gives statistic 0 and p-value 1.
+
+    Raises:
+        ValueError: ``per_variant`` is not 2-D, ``kinds`` does not have one unique label per column, or K < 2.
+
+    Example:
+        >>> e = kind_effect([[0.1, 0.2, 0.5], [0.2, 0.3, 0.6], [0.0, 0.1, 0.4]], ["canonical", "paraphrase", "typo"])
+        >>> e.test, e.n, round(e.means["typo"], 6), round(e.statistic, 6)
+        ('friedman', 3, 0.5, 6.0)
+    """
+    x = np.asarray(per_variant, dtype=np.float64)
+    kinds = [str(k) for k in kinds]
+    if x.ndim != 2:
+        if x.size == 0 and x.ndim == 1:
+            x = x.reshape(0, len(kinds))
+        else:
+            raise ValueError(f"per_variant: expected a [groups, kinds] array, got shape {x.shape}")
+    if len(kinds) != x.shape[1]:
+        raise ValueError(f"kinds has {len(kinds)} labels but per_variant has {x.shape[1]} columns")
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"kinds must be unique, got {kinds}")
+    if len(kinds) < 2:
+        raise ValueError(f"a kind effect needs at least 2 kinds, got {len(kinds)}")
+    x = x[~np.isnan(x).any(axis=1)]
+    n = int(x.shape[0])
+    means = {k: (float(x[:, i].mean()) if n else _NAN) for i, k in enumerate(kinds)}
+    test = "friedman" if len(kinds) >= 3 else "wilcoxon"
+    if n < 2:
+        statistic, p = _NAN, _NAN
+    elif bool(np.all(x == x[:, :1])):
+        statistic, p = 0.0, 1.0
+    elif test == "friedman":
+        res = _quiet(_st.friedmanchisquare, *(x[:, i] for i in range(x.shape[1])))
+        statistic, p = float(res.statistic), float(res.pvalue)
+    else:
+        res = _quiet(_st.wilcoxon, x[:, 1] - x[:, 0], alternative="two-sided")
+        statistic, p = float(res.statistic), float(res.pvalue)
+    return KindEffect(kinds, means, statistic, p, test, n)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Axis independence
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Correlation(_JsonMixin):
+    """Spearman correlation matrix ``rho[i][j]`` (and p-values) between axes ``axes[i]`` and ``axes[j]``."""
+
+    axes: list[str]
+    rho: list[list[float]]
+    p_value: list[list[float]]
+    n: int
+
+
+def axis_correlation(per_group: Mapping[str, Sequence[float]]) -> Correlation:
+    """Spearman correlation matrix of per-group axis values, with p-values.
+
+    ``per_group[axis]`` lists one value per group (same groups, same order for every axis). Groups with a NaN in
+    any axis are dropped (``n`` = groups used). Entry (i, j) is ``scipy.stats.spearmanr(axis_i, axis_j)``; the
+    diagonal is rho 1, p 0; a constant axis (or fewer than 2 groups) gives NaN off-diagonal entries.
+
+    Raises:
+        ValueError: the axes have different lengths.
+
+    Example:
+        >>> c = axis_correlation({"activation": [0.1, 0.2, 0.3, 0.4], "generation": [0.4, 0.3, 0.2, 0.1]})
+        >>> c.axes, round(c.rho[0][1], 6), c.n
+        (['activation', 'generation'], -1.0, 4)
+    """
+    axes = [str(a) for a in per_group]
+    cols = [_as_1d(per_group[a], a) for a in per_group]
+    lengths = {a: c.shape[0] for a, c in zip(axes, cols)}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"every axis needs one value per group; lengths differ: {lengths}")
+    k = len(axes)
+    if k == 0:
+        return Correlation([], [], [], 0)
+    x = np.stack(cols, axis=1)
+    x = x[~np.isnan(x).any(axis=1)]
+    n = int(x.shape[0])
+    rho = [[1.0 if i == j else _NAN for j in range(k)] for i in range(k)]
+    pv = [[0.0 if i == j else _NAN for j in range(k)] for i in range(k)]
+    constant = [n < 2 or bool(np.all(x[:, i] == x[0, i])) for i in range(k)]
+    for i, j in itertools.combinations(range(k), 2):
+        if constant[i] or constant[j]:
+            continue
+        res = _quiet(_st.spearmanr, x[:, i], x[:, j])
+        rho[i][j] = rho[j][i] = float(res.statistic)
+        pv[i][j] = pv[j][i] = float(res.pvalue)
+    return Correlation(axes, rho, pv, n)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rank reversal
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankReversal(_JsonMixin):
+    """Rankings of models per set, Kendall's tau between sets, and the model pairs whose order flips."""
+
+    rankings: dict[str, list[str]]
+    tau: dict[str, dict[str, float]]
+    flips: list[dict]
+
+
+def rank_reversal(
+    scores: Mapping[str, Mapping[str, float]], *, higher_is_better: bool = False
+) -> RankReversal:
+    """Rank models on each set and find pairs of models whose order differs between sets.
+
+    ``scores[set][model]`` is the model's mean on that set for one axis (NaN/None = missing). Lower is better by
+    default (axes are instabilities); pass ``higher_is_better=True`` for e.g. accuracy.
+
+    - ``rankings[set]``: models best first, ties broken by model name.
+    - ``tau[a][b]``: ``scipy.stats.kendalltau`` of the two sets' scores over the models both have (NaN with fewer
+      than 2 shared models or constant scores); symmetric, diagonal included.
+    - ``flips``: one entry per pair of models ``[a, b]`` (a < b by name) and pair of sets ``[s1, s2]`` (in the
+      order of ``scores``) where the strict order is reversed (a tie on either set is not a flip):
+      ``{"models": [a, b], "sets": [s1, s2], "order": {s1: [better, worse], s2: [better, worse]}}``, listed by
+      model pair, then set pair.
+
+    Example:
+        >>> r = rank_reversal({"paraphrase": {"m1": 0.1, "m2": 0.2}, "typo": {"m1": 0.3, "m2": 0.2}})
+        >>> r.rankings["typo"], r.flips[0]["order"]
+        (['m2', 'm1'], {'paraphrase': ['m1', 'm2'], 'typo': ['m2', 'm1']})
+    """
+    sets = [str(s) for s in scores]
+    table: dict[str, dict[str, float]] = {}
+    for s, per_model in zip(sets, scores.values()):
+        clean: dict[str, float] = {}
+        for model, value in per_model.items():
+            v = _NAN if value is None else float(value)
+            if not math.isnan(v):
+                clean[str(model)] = v
+        table[s] = clean
+
+    sign = -1.0 if higher_is_better else 1.0
+    rankings = {s: sorted(table[s], key=lambda m, s=s: (sign * table[s][m], m)) for s in sets}
+
+    tau: dict[str, dict[str, float]] = {s: {} for s in sets}
+    for i, s1 in enumerate(sets):
+        for s2 in sets[i:]:
+            common = sorted(set(table[s1]) & set(table[s2]))
+            value = _NAN
+            if len(common) >= 2:
+                a = np.array([table[s1][m] for m in common])
+                b = np.array([table[s2][m] for m in common])
+                if not (np.all(a == a[0]) or np.all(b == b[0])):
+                    value = float(_quiet(_st.kendalltau, a, b).statistic)
+            tau[s1][s2] = tau[s2][s1] = value
+
+    def better_first(s: str, m1: str, m2: str) -> list[str] | None:
+        d = table[s][m1] - table[s][m2]
+        if d == 0:
+            return None
+        m1_better = (d > 0) if higher_is_better else (d < 0)
+        return [m1, m2] if m1_better else [m2, m1]
+
+    flips: list[dict] = []
+    models = sorted(set().union(*(table[s].keys() for s in sets))) if sets else []
+    for m1, m2 in itertools.combinations(models, 2):
+        for s1, s2 in itertools.combinations(sets, 2):
+            if not all(m in table[s] for m in (m1, m2) for s in (s1, s2)):
+                continue
+            o1, o2 = better_first(s1, m1, m2), better_first(s2, m1, m2)
+            if o1 is not None and o2 is not None and o1 != o2:
+                flips.append({"models": [m1, m2], "sets": [s1, s2], "order": {s1: o1, s2: o2}})
+    return RankReversal(rankings, tau, flips)

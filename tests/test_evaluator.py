@@ -1,0 +1,273 @@
+"""The evaluation engine against a plain one-variant-at-a-time reference implementation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import string
+from collections import Counter
+
+import pytest
+import torch
+
+from sago_train import SAGOEvaluator
+from sago_train.data import VariantSet
+from sago_train.errors import SagoInputError
+
+from .conftest import make_byte_tokenizer, make_tiny_model
+
+ARCHS = ["llama", "gpt2", "qwen2", "mistral", "gpt_neox"]
+TOL = 1e-4
+
+RECORDS = [
+    {"id": "a", "variants": ["What is the capital of France?", "france capital is which", "Name the capital of France."],
+     "kinds": ["canonical", "paraphrase", "typo"], "reference": " Paris"},
+    {"id": "b", "variants": ["Two plus two equals", "2 + 2 =", "what do you get adding two and two"],
+     "kinds": ["canonical", "paraphrase", "typo"]},
+    {"id": "c", "variants": ["The sky is", "Colour of the sky:", "the skyy is"],
+     "kinds": ["canonical", "paraphrase", "typo"], "reference": " blue"},
+    {"id": "d", "variants": ["Dogs say", "A dog goes", "dgos say"], "kinds": ["canonical", "paraphrase", "typo"]},
+]
+
+
+# ------------------------------------------------------------------ plain reference implementation
+def ref_normalize(s: str) -> str:
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def ref_f1(a: str, b: str) -> float:
+    ta, tb = ref_normalize(a).split(), ref_normalize(b).split()
+    if not ta and not tb:
+        return 1.0
+    if not ta or not tb:
+        return 0.0
+    common = sum((Counter(ta) & Counter(tb)).values())
+    if common == 0:
+        return 0.0
+    p, r = common / len(ta), common / len(tb)
+    return 2 * p * r / (p + r)
+
+
+def ref_generate(model, tok, ids: list[int], max_new: int) -> str:
+    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         max_new_tokens=max_new, do_sample=False, pad_token_id=258, eos_token_id=257)
+    new = out[0, len(ids):].tolist()
+    if 257 in new:
+        new = new[: new.index(257)]
+    return tok.decode(new, skip_special_tokens=True)
+
+
+def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pooling: str = "last") -> dict:
+    prompts = [tok(v)["input_ids"] for v in rec["variants"]]
+    outs = [ref_generate(model, tok, p, max_new) for p in prompts]
+    r = rec.get("reference") or outs[rec.get("canonical", 0)]
+    r_ids = tok(r, add_special_tokens=False)["input_ids"]
+    vecs, lps = [], []
+    with torch.no_grad():
+        for p in prompts:
+            o = model(torch.tensor([p]), output_hidden_states=True)
+            if pooling == "last":
+                vecs.append([o.hidden_states[layer + 1][0, -1].double() for layer in layers])
+            else:
+                vecs.append([o.hidden_states[layer + 1][0].double().mean(0) for layer in layers])
+            if r_ids:
+                logits = model(torch.tensor([p + r_ids])).logits[0].double()
+                logp = torch.log_softmax(logits, -1)
+                lps.append(sum(float(logp[len(p) - 1 + j, t]) for j, t in enumerate(r_ids)) / len(r_ids))
+    k = len(prompts)
+    pairs = list(itertools.combinations(range(k), 2))
+    per_layer = []
+    for li in range(len(layers)):
+        d = [1 - float(torch.nn.functional.cosine_similarity(vecs[i][li], vecs[j][li], dim=0)) for i, j in pairs]
+        per_layer.append(sum(d) / len(d))
+    out = {"activation": min(1.0, max(0.0, sum(per_layer) / len(per_layer)))}
+    if lps:
+        ps = [math.exp(x) for x in lps]
+        out["confidence"] = sum(abs(ps[i] - ps[j]) for i, j in pairs) / len(pairs)
+    else:
+        out["confidence"] = math.nan
+    out["generation"] = 1 - sum(ref_f1(outs[i], outs[j]) for i, j in pairs) / len(pairs)
+    # mirroring
+    pw = [set(ref_normalize(v).split()) for v in rec["variants"]]
+    refw = set(ref_normalize(rec["reference"]).split()) if rec.get("reference") else set()
+    ms = []
+    for i in range(k):
+        uniq = pw[i] - set().union(*[pw[j] for j in range(k) if j != i]) - refw
+        yw = ref_normalize(outs[i]).split()
+        ms.append(sum(w in uniq for w in yw) / len(yw) if yw else 0.0)
+    out["mirroring"] = sum(ms) / k
+    out["_outputs"] = outs
+    out["_lps"] = lps
+    return out
+
+
+def _assert_close(got: float, want: float, what: str) -> None:
+    if math.isnan(want):
+        assert math.isnan(got), what
+    else:
+        assert got == pytest.approx(want, abs=TOL), what
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_matches_reference_each_architecture(arch):
+    tok = make_byte_tokenizer()
+    model = make_tiny_model(arch)
+    vs = VariantSet.from_records(RECORDS, name="t")
+    layers = [0, 1, 2]
+    ev = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=6, batch_size=4)
+    res = ev.evaluate(vs).sets["t"]
+    for rec, g in zip(RECORDS, res.groups):
+        ref = reference_group(model, tok, rec, layers, 6)
+        assert g.outputs == ref["_outputs"], f"{arch} {rec['id']} outputs"
+        for axis in ("activation", "confidence", "generation", "mirroring"):
+            _assert_close(g.axes[axis], ref[axis], f"{arch} {rec['id']} {axis}")
+
+
+def test_mean_pooling_matches_reference(byte_tokenizer, tiny_llama):
+    vs = VariantSet.from_records(RECORDS, name="t")
+    ev = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 2], pooling="mean", axes="activation", batch_size=3)
+    res = ev.evaluate(vs).sets["t"]
+    for rec, g in zip(RECORDS, res.groups):
+        ref = reference_group(tiny_llama, byte_tokenizer, rec, [0, 2], 2, pooling="mean")
+        _assert_close(g.axes["activation"], ref["activation"], rec["id"])
+
+
+def test_last_layer_is_block_output_not_final_norm(byte_tokenizer, tiny_llama):
+    """Layer -1 is the residual stream the last block returns (before the model's final norm)."""
+    captured = {}
+    block = tiny_llama.model.layers[-1]
+    handle = block.register_forward_hook(lambda m, i, o: captured.__setitem__("h", o[0] if isinstance(o, tuple) else o))
+    vs = VariantSet.from_records([{"variants": ["abc def", "xyz"]}], name="t")
+    try:
+        ids = [byte_tokenizer(v)["input_ids"] for v in ["abc def", "xyz"]]
+        vecs = []
+        with torch.no_grad():
+            for p in ids:
+                tiny_llama(torch.tensor([p]))
+                vecs.append(captured["h"][0, -1].double())
+    finally:
+        handle.remove()
+    want = 1 - float(torch.nn.functional.cosine_similarity(vecs[0], vecs[1], dim=0))
+    got = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[-1], axes="activation").evaluate(vs).sets["t"].groups[0]
+    assert got.axes["activation"] == pytest.approx(min(1.0, want), abs=TOL)
+
+
+def _axis_table(result, name="t"):
+    return {g.id: g.axes for g in result.sets[name].groups}
+
+
+def test_batch_size_padding_side_and_order_invariance(byte_tokenizer, tiny_llama):
+    vs = VariantSet.from_records(RECORDS, name="t")
+    base = _axis_table(SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=6, batch_size=1).evaluate(vs))
+    for bs in (2, 5, 64):
+        got = _axis_table(SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=6, batch_size=bs).evaluate(vs))
+        for gid in base:
+            for axis, v in base[gid].items():
+                _assert_close(got[gid][axis], v, f"bs={bs} {gid} {axis}")
+    # The tokenizer's padding side must not matter: the extractor pads itself.
+    tok = make_byte_tokenizer()
+    tok.padding_side = "left"
+    got = _axis_table(SAGOEvaluator(tiny_llama, tok, max_new_tokens=6, batch_size=5).evaluate(vs))
+    for gid in base:
+        for axis, v in base[gid].items():
+            _assert_close(got[gid][axis], v, f"left padding {gid} {axis}")
+    # Reversing the groups and permuting variants inside each group (keeping the canonical one) changes nothing.
+    perm = []
+    for rec in reversed(RECORDS):
+        order = [0, 2, 1]
+        perm.append({**rec, "variants": [rec["variants"][i] for i in order], "kinds": [rec["kinds"][i] for i in order]})
+    got = _axis_table(SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=6, batch_size=4).evaluate(
+        VariantSet.from_records(perm, name="t")))
+    for gid in base:
+        for axis, v in base[gid].items():
+            _assert_close(got[gid][axis], v, f"permuted {gid} {axis}")
+
+
+def test_identical_variants_give_zero(byte_tokenizer, tiny_llama):
+    recs = [{"id": str(i), "variants": [p] * 3, "reference": " x"} for i, p in enumerate(["hello there", "abc", "The sky is"])]
+    recs.append({"id": "noref", "variants": ["Dogs say"] * 4})
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=5).evaluate(VariantSet.from_records(recs, name="t"))
+    for g in res.sets["t"].groups:
+        for axis, v in g.axes.items():
+            assert v == pytest.approx(0.0, abs=1e-6), (g.id, axis)
+
+
+def test_peft_wrapped_model_matches_merged(byte_tokenizer):
+    peft = pytest.importorskip("peft")
+    model = make_tiny_model("llama", seed=1)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    vs = VariantSet.from_records(RECORDS, name="t")
+    got = _axis_table(SAGOEvaluator(lora, byte_tokenizer, max_new_tokens=5, batch_size=4).evaluate(vs))
+    merged = lora.merge_and_unload()
+    want = _axis_table(SAGOEvaluator(merged, byte_tokenizer, max_new_tokens=5, batch_size=4).evaluate(vs))
+    for gid in want:
+        for axis, v in want[gid].items():
+            _assert_close(got[gid][axis], v, f"peft {gid} {axis}")
+
+
+def test_chat_message_variants_use_chat_template(byte_tokenizer, tiny_llama):
+    msgs = [[{"role": "user", "content": "What is the capital of France?"}],
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "France capital?"}]]
+    vs = VariantSet.from_records([{"id": "chat", "variants": msgs, "reference": " Paris"}], name="chat")
+    g = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs).sets["chat"].groups[0]
+    rendered = byte_tokenizer.apply_chat_template(msgs[0], tokenize=False, add_generation_prompt=True)
+    assert rendered.endswith("assistant:")
+    ids = byte_tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert g.outputs[0] == ref_generate(tiny_llama, byte_tokenizer, ids, 4)
+    assert 0.0 <= g.axes["activation"] <= 1.0
+
+
+def test_chat_variants_without_template_is_clear_error(tiny_llama):
+    tok = make_byte_tokenizer(chat_template=None)
+    vs = VariantSet.from_records([{"variants": [[{"role": "user", "content": "hi"}], "hello"]}], name="t")
+    with pytest.raises(SagoInputError, match="chat template"):
+        SAGOEvaluator(tiny_llama, tok).evaluate(vs)
+
+
+def test_too_long_prompts_are_skipped_and_counted_or_strict(byte_tokenizer, tiny_llama):
+    long = "x" * 300  # the tiny model's context is 256 tokens
+    recs = RECORDS[:2] + [{"id": "long", "variants": [long, long + "y"]}]
+    vs = VariantSet.from_records(recs, name="t")
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs)
+    s = res.sets["t"]
+    assert s.n_groups == 2 and sum(s.skipped.values()) == 1
+    assert res.summary()["sets"]["t"]["skipped"] == {"prompt longer than the model's context": 1}
+    with pytest.raises(SagoInputError, match="context"):
+        SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4, strict=True).evaluate(vs)
+
+
+def test_max_groups_is_a_stable_seeded_subset(byte_tokenizer, tiny_llama):
+    vs = VariantSet.from_records(RECORDS, name="t")
+    a = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="activation", max_groups=2, seed=3).evaluate(vs)
+    b = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="activation", max_groups=2, seed=3).evaluate(vs)
+    assert [g.id for g in a.sets["t"].groups] == [g.id for g in b.sets["t"].groups]
+    assert a.sets["t"].n_groups == 2
+
+
+def test_correctness_and_kinds_in_summary(byte_tokenizer, tiny_llama):
+    vs = VariantSet.from_records(RECORDS, name="t")
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs)
+    summary = res.summary()
+    s = summary["sets"]["t"]
+    assert s["n_groups"] == 4
+    assert set(s["axes"]) == {"activation", "confidence", "generation", "mirroring"}
+    for axis in s["axes"].values():
+        assert set(axis) == {"mean", "ci_low", "ci_high", "n"}
+        assert axis["ci_low"] <= axis["mean"] <= axis["ci_high"]
+    assert s["correctness"]["n"] == 2  # the groups with a reference
+    assert set(s["kinds"]["activation"]["means"]) == {"canonical", "paraphrase", "typo"}
+    assert summary["axis_correlation"]["axes"] == ["activation", "confidence", "generation", "mirroring"]
+    rec = res.group_records("t")[0]
+    assert {"id", "variants", "outputs", "axes", "logprobs"} <= set(rec)
+    assert len(rec["logprobs"]) == 3
+
+
+def test_multiple_choice_correctness(byte_tokenizer, tiny_llama):
+    recs = [{"id": "mc", "variants": ["Pick one: A. red B. blue", "Choose: A. blue B. red"], "choices": ["red", "blue"],
+             "answer": [0, 1]}]
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=3).evaluate(VariantSet.from_records(recs, name="m"))
+    g = res.sets["m"].groups[0]
+    assert g.correct is not None and len(g.correct) == 2

@@ -1,0 +1,495 @@
+"""Tests for sago_train.stats: each function against scipy or a plain reference implementation."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from sago_train import stats
+from sago_train.stats import (
+    Correlation,
+    KindEffect,
+    PairedResult,
+    RankReversal,
+    Summary,
+    axis_correlation,
+    bootstrap_ci,
+    kind_effect,
+    paired_comparison,
+    rank_reversal,
+    to_jsonable,
+)
+
+NAN = float("nan")
+
+# Per-group values the way the axes produce them: in [0, 1], sometimes undefined (NaN).
+unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+unit_or_nan = st.one_of(unit, st.just(NAN))
+value_lists = st.lists(unit, min_size=1, max_size=40)
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+FAST = settings(max_examples=60, deadline=None)
+
+
+def reference_bootstrap(values, n_resamples=2000, confidence=0.95, seed=0):
+    """Plain Python-loop percentile bootstrap drawing the same indices as the vectorized version."""
+    x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    rng = np.random.default_rng(seed)
+    means = []
+    for _ in range(n_resamples):
+        idx = rng.integers(0, len(x), size=len(x))
+        means.append(sum(x[i] for i in idx) / len(x))
+    alpha = 1 - confidence
+    lo, hi = np.quantile(np.array(means), [alpha / 2, 1 - alpha / 2])
+    return float(np.mean(x)), float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# bootstrap_ci
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_bootstrap_matches_loop_reference():
+    x = np.random.default_rng(3).beta(2, 5, size=57)
+    s = bootstrap_ci(x, n_resamples=500, seed=11)
+    mean, lo, hi = reference_bootstrap(x, n_resamples=500, seed=11)
+    assert s.n == 57
+    assert s.mean == pytest.approx(mean, abs=1e-12)
+    assert s.ci_low == pytest.approx(lo, abs=1e-12)
+    assert s.ci_high == pytest.approx(hi, abs=1e-12)
+
+
+def test_bootstrap_matches_scipy_percentile():
+    x = np.random.default_rng(4).beta(2, 5, size=200)
+    s = bootstrap_ci(x, n_resamples=4000, seed=1)
+    ref = sps.bootstrap((x,), np.mean, n_resamples=4000, method="percentile", confidence_level=0.95, rng=2)
+    assert s.ci_low == pytest.approx(ref.confidence_interval.low, abs=0.01)
+    assert s.ci_high == pytest.approx(ref.confidence_interval.high, abs=0.01)
+    assert s.mean == pytest.approx(float(np.mean(x)))
+
+
+def test_bootstrap_ci_shrinks_with_n():
+    rng = np.random.default_rng(5)
+    small = bootstrap_ci(rng.random(20))
+    large = bootstrap_ci(rng.random(2000))
+    assert (large.ci_high - large.ci_low) < (small.ci_high - small.ci_low) / 4
+
+
+def test_bootstrap_confidence_widens_interval():
+    x = np.random.default_rng(6).random(100)
+    narrow = bootstrap_ci(x, confidence=0.5)
+    wide = bootstrap_ci(x, confidence=0.99)
+    assert wide.ci_low < narrow.ci_low < narrow.mean < narrow.ci_high < wide.ci_high
+
+
+def test_bootstrap_drops_nan():
+    x = [0.1, NAN, 0.5, 0.3, NAN, 0.9]
+    s = bootstrap_ci(x, seed=2)
+    assert s.n == 4
+    assert s == bootstrap_ci([0.1, 0.5, 0.3, 0.9], seed=2)
+    assert bootstrap_ci([0.1, None, 0.5]).n == 2  # None (e.g. read back from JSON) counts as NaN
+
+
+def test_bootstrap_empty_and_all_nan():
+    for values in ([], [NAN, NAN], np.array([])):
+        s = bootstrap_ci(values)
+        assert s.n == 0
+        assert math.isnan(s.mean) and math.isnan(s.ci_low) and math.isnan(s.ci_high)
+        assert s.to_dict() == {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
+
+
+def test_bootstrap_single_and_constant():
+    assert bootstrap_ci([0.42]) == Summary(0.42, 0.42, 0.42, 1)
+    assert bootstrap_ci([NAN, 0.42]) == Summary(0.42, 0.42, 0.42, 1)
+    s = bootstrap_ci([0.1] * 1000)
+    assert s.n == 1000 and s.ci_low == s.mean == s.ci_high == pytest.approx(0.1)
+
+
+def test_bootstrap_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_ci([1.0, 2.0], confidence=1.5)
+    with pytest.raises(ValueError, match="n_resamples"):
+        bootstrap_ci([1.0, 2.0], n_resamples=0)
+    with pytest.raises(ValueError, match="1-D"):
+        bootstrap_ci([[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_bootstrap_is_fast_and_chunking_invariant(monkeypatch):
+    x = np.random.default_rng(7).random(1000)
+    t0 = time.perf_counter()
+    s = bootstrap_ci(x, n_resamples=2000, seed=3)
+    assert time.perf_counter() - t0 < 1.0
+    monkeypatch.setattr(stats, "_CHUNK_ELEMENTS", 3000)  # draw 3 resamples per chunk
+    assert bootstrap_ci(x, n_resamples=2000, seed=3) == s
+
+
+@FAST
+@given(st.lists(unit_or_nan, min_size=0, max_size=40), seeds)
+def test_property_ci_contains_mean_and_is_deterministic(values, seed):
+    s = bootstrap_ci(values, n_resamples=200, seed=seed)
+    assert s.n == sum(not math.isnan(v) for v in values)
+    if s.n == 0:
+        assert math.isnan(s.mean)
+    else:
+        assert s.ci_low <= s.mean <= s.ci_high
+        assert min(v for v in values if not math.isnan(v)) - 1e-12 <= s.ci_low
+    again = bootstrap_ci(values, n_resamples=200, seed=seed)
+    assert again.to_dict() == s.to_dict()
+
+
+def test_bootstrap_seed_changes_interval():
+    x = np.random.default_rng(8).random(50)
+    assert bootstrap_ci(x, seed=0) != bootstrap_ci(x, seed=1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# paired_comparison
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alternative", ["greater", "less", "two-sided"])
+@pytest.mark.parametrize("size", [8, 30, 120])  # exact and normal-approximation regimes of scipy
+def test_paired_matches_scipy_wilcoxon(alternative, size):
+    rng = np.random.default_rng(size)
+    before = rng.random(size)
+    after = before + rng.normal(0.05, 0.1, size=size)
+    r = paired_comparison(before, after, alternative=alternative, n_resamples=300, seed=4)
+    d = after - before
+    assert r.p_value == pytest.approx(sps.wilcoxon(d, alternative=alternative).pvalue, rel=1e-12)
+    assert r.mean_diff == pytest.approx(float(np.mean(d)))
+    assert r.n == size and r.alternative == alternative
+    assert (r.ci_low, r.ci_high) == pytest.approx(
+        reference_bootstrap(d, n_resamples=300, seed=4)[1:], abs=1e-12
+    )
+
+
+def test_paired_direction():
+    before = np.linspace(0.1, 0.5, 20)
+    worse = before + 0.1
+    assert paired_comparison(before, worse, alternative="greater").p_value < 0.001
+    assert paired_comparison(before, worse, alternative="less").p_value > 0.99
+    r = paired_comparison(before, worse)
+    assert r.alternative == "greater" and r.ci_low == pytest.approx(0.1) and r.mean_diff == pytest.approx(0.1)
+
+
+def test_paired_drops_pairs_with_nan():
+    before = [0.1, NAN, 0.3, 0.4, 0.2, 0.6, 0.1]
+    after = [0.2, 0.5, NAN, 0.7, 0.1, 0.9, 0.4]
+    r = paired_comparison(before, after, seed=5)
+    keep = [0, 3, 4, 5, 6]
+    ref = paired_comparison([before[i] for i in keep], [after[i] for i in keep], seed=5)
+    assert r == ref and r.n == 5
+
+
+def test_paired_all_zero_differences_gives_p_one_without_warnings():
+    x = [0.2, 0.3, 0.4]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for alternative in ("greater", "less", "two-sided"):
+            r = paired_comparison(x, x, alternative=alternative)
+            assert r.p_value == 1.0 and r.mean_diff == 0.0 and r.ci_low == r.ci_high == 0.0 and r.n == 3
+
+
+def test_paired_empty_and_single():
+    r = paired_comparison([], [])
+    assert r.n == 0 and all(math.isnan(v) for v in (r.mean_diff, r.ci_low, r.ci_high, r.p_value))
+    r = paired_comparison([NAN, 0.1], [0.2, NAN])
+    assert r.n == 0
+    r = paired_comparison([0.1], [0.4])
+    assert r.n == 1 and r.mean_diff == r.ci_low == r.ci_high == pytest.approx(0.3)
+    assert r.p_value == pytest.approx(sps.wilcoxon([0.3], alternative="greater").pvalue)
+
+
+def test_paired_length_mismatch_names_both_lengths():
+    with pytest.raises(ValueError, match=r"before has 3 values, after has 2"):
+        paired_comparison([0.1, 0.2, 0.3], [0.1, 0.2])
+
+
+def test_paired_rejects_unknown_alternative():
+    with pytest.raises(ValueError, match="alternative"):
+        paired_comparison([0.1, 0.2], [0.2, 0.3], alternative="bigger")
+
+
+@FAST
+@given(st.lists(st.tuples(unit_or_nan, unit_or_nan), min_size=0, max_size=30), seeds)
+def test_property_paired_swap_symmetry(pairs, seed):
+    a = [p[0] for p in pairs]
+    b = [p[1] for p in pairs]
+    ab = paired_comparison(a, b, alternative="greater", n_resamples=200, seed=seed)
+    ba = paired_comparison(b, a, alternative="less", n_resamples=200, seed=seed)
+    assert ab.n == ba.n
+    if ab.n == 0:
+        assert math.isnan(ab.p_value) and math.isnan(ba.p_value)
+        return
+    assert ab.p_value == pytest.approx(ba.p_value, rel=1e-9, abs=1e-12)
+    assert ab.mean_diff == -ba.mean_diff
+    assert ab.ci_low == pytest.approx(-ba.ci_high, abs=1e-9)
+    assert ab.ci_high == pytest.approx(-ba.ci_low, abs=1e-9)
+    assert ab.ci_low <= ab.mean_diff <= ab.ci_high
+    assert 0.0 <= ab.p_value <= 1.0
+    assert paired_comparison(a, b, n_resamples=200, seed=seed) == ab  # deterministic
+
+
+# --------------------------------------------------------------------------------------------------------------
+# kind_effect
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_kind_effect_friedman_matches_scipy():
+    rng = np.random.default_rng(9)
+    x = rng.random((40, 4)) + np.array([0.0, 0.1, 0.3, 0.05])
+    kinds = ["canonical", "paraphrase", "typo", "format"]
+    e = kind_effect(x, kinds)
+    ref = sps.friedmanchisquare(*x.T)
+    assert e.test == "friedman" and e.n == 40 and e.kinds == kinds
+    assert e.statistic == pytest.approx(ref.statistic) and e.p_value == pytest.approx(ref.pvalue)
+    assert e.means == pytest.approx({k: float(x[:, i].mean()) for i, k in enumerate(kinds)})
+    assert e.p_value < 0.001
+
+
+def test_kind_effect_two_kinds_uses_wilcoxon():
+    rng = np.random.default_rng(10)
+    x = rng.random((25, 2))
+    e = kind_effect(x, ["canonical", "typo"])
+    ref = sps.wilcoxon(x[:, 1] - x[:, 0], alternative="two-sided")
+    assert e.test == "wilcoxon" and e.n == 25
+    assert e.statistic == pytest.approx(ref.statistic) and e.p_value == pytest.approx(ref.pvalue)
+
+
+def test_kind_effect_drops_rows_with_nan():
+    x = np.array([[0.1, 0.2, 0.3], [NAN, 0.2, 0.1], [0.3, 0.1, 0.5], [0.2, 0.4, 0.6], [0.0, 0.5, NAN]])
+    e = kind_effect(x, ["a", "b", "c"])
+    clean = x[[0, 2, 3]]
+    assert e.n == 3
+    assert e.means == pytest.approx(
+        {"a": clean[:, 0].mean(), "b": clean[:, 1].mean(), "c": clean[:, 2].mean()}
+    )
+    assert e.statistic == pytest.approx(sps.friedmanchisquare(*clean.T).statistic)
+
+
+def test_kind_effect_too_few_groups_and_constant():
+    e = kind_effect([[0.1, 0.2, 0.3]], ["a", "b", "c"])
+    assert e.n == 1 and math.isnan(e.statistic) and math.isnan(e.p_value)
+    assert e.means == pytest.approx({"a": 0.1, "b": 0.2, "c": 0.3})
+    e = kind_effect(np.empty((0, 3)), ["a", "b", "c"])
+    assert e.n == 0 and all(math.isnan(v) for v in e.means.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in (2, 3):
+            e = kind_effect(np.full((10, k), 0.25), [str(i) for i in range(k)])
+            assert e.p_value == 1.0 and e.statistic == 0.0
+            # Rows constant within each group (kind has no effect), different across groups.
+            e = kind_effect(np.repeat(np.linspace(0, 1, 10)[:, None], k, axis=1), [str(i) for i in range(k)])
+            assert e.p_value == 1.0
+
+
+def test_kind_effect_validates_shape():
+    with pytest.raises(ValueError, match="columns"):
+        kind_effect(np.zeros((3, 3)), ["a", "b"])
+    with pytest.raises(ValueError, match="unique"):
+        kind_effect(np.zeros((3, 2)), ["a", "a"])
+    with pytest.raises(ValueError, match="at least 2"):
+        kind_effect(np.zeros((3, 1)), ["a"])
+    with pytest.raises(ValueError, match="groups, kinds"):
+        kind_effect(np.zeros(3), ["a", "b", "c"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# axis_correlation
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_axis_correlation_matches_scipy_pairwise():
+    rng = np.random.default_rng(12)
+    a = rng.random(60)
+    data = {"activation": a, "confidence": a + rng.normal(0, 0.2, 60), "generation": rng.random(60)}
+    c = axis_correlation(data)
+    axes = list(data)
+    assert c.axes == axes and c.n == 60
+    for i, x in enumerate(axes):
+        assert c.rho[i][i] == 1.0 and c.p_value[i][i] == 0.0
+        for j, y in enumerate(axes):
+            if i != j:
+                ref = sps.spearmanr(data[x], data[y])
+                assert c.rho[i][j] == pytest.approx(ref.statistic) and c.p_value[i][j] == pytest.approx(
+                    ref.pvalue
+                )
+    assert np.allclose(np.array(c.rho), np.array(c.rho).T)
+    full = sps.spearmanr(np.stack(list(data.values()), axis=1))
+    assert np.allclose(np.array(c.rho), full.statistic)
+
+
+def test_axis_correlation_drops_rows_with_nan():
+    data = {
+        "a": [0.1, 0.2, NAN, 0.4, 0.5, 0.3],
+        "b": [0.5, 0.1, 0.3, NAN, 0.2, 0.4],
+        "c": [0.1, 0.3, 0.2, 0.6, 0.4, 0.9],
+    }
+    c = axis_correlation(data)
+    keep = [0, 1, 4, 5]
+    assert c.n == 4
+    ref = sps.spearmanr([data["a"][i] for i in keep], [data["c"][i] for i in keep])
+    assert c.rho[0][2] == pytest.approx(ref.statistic)
+
+
+def test_axis_correlation_constant_axis_gives_nan_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = axis_correlation(
+            {"a": [0.1, 0.2, 0.3, 0.4], "b": [0.5, 0.5, 0.5, 0.5], "c": [0.4, 0.1, 0.3, 0.2]}
+        )
+    assert math.isnan(c.rho[0][1]) and math.isnan(c.rho[1][0]) and math.isnan(c.p_value[1][2])
+    assert c.rho[1][1] == 1.0 and c.p_value[1][1] == 0.0
+    assert c.rho[0][2] == pytest.approx(sps.spearmanr([0.1, 0.2, 0.3, 0.4], [0.4, 0.1, 0.3, 0.2]).statistic)
+    d = c.to_dict()
+    assert d["rho"][0][1] is None and d["rho"][0][0] == 1.0
+    json.dumps(d, allow_nan=False)
+
+
+def test_axis_correlation_one_axis_empty_and_mismatch():
+    c = axis_correlation({"activation": [0.1, 0.2, 0.3]})
+    assert c.axes == ["activation"] and c.rho == [[1.0]] and c.p_value == [[0.0]] and c.n == 3
+    c = axis_correlation({"a": [], "b": []})
+    assert c.n == 0 and math.isnan(c.rho[0][1])
+    assert axis_correlation({}) == Correlation([], [], [], 0)
+    with pytest.raises(ValueError, match="lengths differ"):
+        axis_correlation({"a": [0.1, 0.2], "b": [0.1]})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# rank_reversal
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_rank_reversal_planted_flip_and_tau():
+    scores = {
+        "paraphrase": {"base": 0.30, "lora": 0.10, "full": 0.20},
+        "typo": {"base": 0.40, "lora": 0.50, "full": 0.20},
+    }
+    r = rank_reversal(scores)
+    assert r.rankings == {"paraphrase": ["lora", "full", "base"], "typo": ["full", "base", "lora"]}
+    ref = sps.kendalltau([0.30, 0.20, 0.10], [0.40, 0.20, 0.50])  # models sorted: base, full, lora
+    assert r.tau["paraphrase"]["typo"] == pytest.approx(ref.statistic)
+    assert r.tau["typo"]["paraphrase"] == r.tau["paraphrase"]["typo"]
+    assert r.tau["typo"]["typo"] == pytest.approx(1.0)
+    assert r.flips == [
+        {"models": ["base", "lora"], "sets": ["paraphrase", "typo"],
+         "order": {"paraphrase": ["lora", "base"], "typo": ["base", "lora"]}},
+        {"models": ["full", "lora"], "sets": ["paraphrase", "typo"],
+         "order": {"paraphrase": ["lora", "full"], "typo": ["full", "lora"]}},
+    ]  # fmt: skip
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+def reference_flips(scores, higher_is_better):
+    """Brute force: every (model pair, set pair) whose strict order differs."""
+    out = set()
+    sets = list(scores)
+    for i, s1 in enumerate(sets):
+        for s2 in sets[i + 1 :]:
+            common = sorted(set(scores[s1]) & set(scores[s2]))
+            for x in common:
+                for y in common:
+                    if x < y:
+                        d1 = scores[s1][x] - scores[s1][y]
+                        d2 = scores[s2][x] - scores[s2][y]
+                        if d1 * d2 < 0:
+                            out.add((x, y, s1, s2))
+    return out
+
+
+def test_rank_reversal_agreeing_orders_has_no_flip():
+    scores = {
+        "a": {"m1": 0.1, "m2": 0.2, "m3": 0.3},
+        "b": {"m1": 0.2, "m2": 0.4, "m3": 0.9},
+        "c": {"m1": 0.0, "m3": 1.0},
+    }
+    r = rank_reversal(scores)
+    assert r.flips == []
+    assert r.tau["a"]["b"] == pytest.approx(1.0) and r.tau["a"]["c"] == pytest.approx(1.0)
+
+
+def test_rank_reversal_higher_is_better_and_ties():
+    scores = {"s1": {"b": 0.5, "a": 0.5, "c": 0.9}, "s2": {"a": 0.1, "b": 0.6, "c": 0.2}}
+    r = rank_reversal(scores, higher_is_better=True)
+    assert r.rankings == {"s1": ["c", "a", "b"], "s2": ["b", "c", "a"]}
+    # (a, b) is tied on s1: not a flip; (a, c) agree; only (b, c) reverses.
+    assert [f["models"] for f in r.flips] == [["b", "c"]]
+    assert r.flips[0]["order"] == {"s1": ["c", "b"], "s2": ["b", "c"]}
+    assert r.tau["s1"]["s2"] == pytest.approx(sps.kendalltau([0.5, 0.5, 0.9], [0.1, 0.6, 0.2]).statistic)
+    # higher_is_better changes the rankings, never tau or which pairs flip.
+    low = rank_reversal(scores)
+    assert low.rankings["s1"] == ["a", "b", "c"] and low.tau == r.tau
+    assert [(f["models"], f["sets"]) for f in low.flips] == [(f["models"], f["sets"]) for f in r.flips]
+
+
+def test_rank_reversal_missing_models_and_degenerate_tau():
+    scores = {
+        "s1": {"m1": 0.1, "m2": NAN, "m3": 0.3},
+        "s2": {"m1": 0.5, "m2": 0.2},
+        "s3": {"m1": 0.4, "m3": 0.4},
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = rank_reversal(scores)
+    assert r.rankings["s1"] == ["m1", "m3"]
+    assert math.isnan(r.tau["s1"]["s2"])  # only m1 shared
+    assert math.isnan(r.tau["s1"]["s3"])  # constant on s3
+    assert r.flips == []
+    assert rank_reversal({}) == RankReversal({}, {}, [])
+
+
+@FAST
+@given(
+    st.dictionaries(
+        st.sampled_from(["s1", "s2", "s3", "s4"]),
+        st.dictionaries(
+            st.sampled_from(["m1", "m2", "m3", "m4", "m5"]), st.sampled_from([0.1, 0.2, 0.3, 0.4, 0.5])
+        ),
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_property_rank_reversal_matches_brute_force(scores, higher_is_better):
+    r = rank_reversal(scores, higher_is_better=higher_is_better)
+    got = [(*f["models"], *f["sets"]) for f in r.flips]
+    assert set(got) == reference_flips(scores, higher_is_better)
+    assert got == sorted(got, key=lambda t: (t[0], t[1], list(scores).index(t[2]), list(scores).index(t[3])))
+    for f in r.flips:
+        for s, (better, worse) in f["order"].items():
+            assert r.rankings[s].index(better) < r.rankings[s].index(worse)
+    assert rank_reversal(scores, higher_is_better=higher_is_better) == r
+
+
+# --------------------------------------------------------------------------------------------------------------
+# JSON conversion
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_to_dict_and_to_jsonable_are_plain_json():
+    results = [
+        bootstrap_ci(np.array([0.1, 0.2, 0.4])),
+        paired_comparison([0.1, 0.2], [0.3, 0.3]),
+        kind_effect([[0.1, 0.2]], ["a", "b"]),
+        axis_correlation({"a": [0.1, 0.2, 0.3], "b": [0.3, 0.3, 0.3]}),
+        rank_reversal({"s": {"m": 0.1}}),
+    ]
+    for r in results:
+        d = r.to_dict()
+        assert d == to_jsonable(r)
+        assert json.loads(json.dumps(d, allow_nan=False)) == d
+    assert isinstance(results[2], KindEffect) and results[2].to_dict()["statistic"] is None
+    assert isinstance(results[1], PairedResult) and results[1].to_dict()["alternative"] == "greater"
+    assert bootstrap_ci([0.5, 0.7]).to_dict().keys() == {"mean", "ci_low", "ci_high", "n"}
+    converted = to_jsonable(
+        {1: np.float32(0.5), "b": np.int64(3), "c": (np.bool_(True), np.array([NAN, 1.0])), "d": float("inf")}
+    )
+    assert converted == {"1": 0.5, "b": 3, "c": [True, [None, 1.0]], "d": None}
+    assert type(converted["b"]) is int
