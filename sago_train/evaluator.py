@@ -249,7 +249,7 @@ class SAGOEvaluator:
                 correct = [
                     bool(
                         variant_correct(
-                            y, reference=g.reference, choices=g.choices, answer=g.answer_for(k), mode=cfg.correctness
+                            y, reference=g.reference, choices=g.choices_for(k), answer=g.answer_for(k), mode=cfg.correctness
                         )
                     )
                     for k, y in enumerate(outs)

@@ -76,3 +76,26 @@ def byte_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_llama():
     return make_tiny_model("llama")
+
+
+@pytest.fixture(scope="session")
+def saved_tiny_model(tmp_path_factory):
+    """A tiny Llama + byte tokenizer saved with save_pretrained, for CLI and subprocess tests."""
+    path = tmp_path_factory.mktemp("tiny-model")
+    make_tiny_model("llama", seed=0).save_pretrained(path)
+    make_byte_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sample_set_file(tmp_path_factory):
+    import json
+
+    path = tmp_path_factory.mktemp("sets") / "sample.jsonl"
+    recs = [
+        {"id": f"g{i}", "variants": [f"The number {i} is", f"number {i} is", f"Tell me about {i}:", f"{i} ="],
+         "kinds": ["canonical", "terse", "question", "symbol"], "reference": f" {i}"}
+        for i in range(10)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path

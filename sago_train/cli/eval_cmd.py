@@ -78,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
     from ..data.groups import bundled_sets, resolve_sets
     from ..display import print_result
     from ..evaluator import SAGOEvaluator
-    from ..tiny_model import tiny_model_path
 
     sets = resolve_sets(args.sets) if args.sets else bundled_sets()
     _init_distributed()
@@ -87,7 +86,12 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
-    model_path = args.model or tiny_model_path()
+    if args.model:
+        model_path = args.model
+    else:
+        from ..tiny_model import tiny_model_path
+
+        model_path = tiny_model_path()
     evaluator = SAGOEvaluator.from_pretrained(
         model_path, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code, config=config
     )

@@ -1,5 +1,22 @@
 """Variant groups, sets and generators."""
 
+from .generators import (
+    GENERATORS,
+    CallableGenerator,
+    CasingGenerator,
+    FormatGenerator,
+    InstructionGenerator,
+    OptionShuffleGenerator,
+    TemplateGenerator,
+    TypoGenerator,
+    VariantGenerator,
+    WhitespaceGenerator,
+    build_variant_set,
+    load_examples,
+    load_text_list,
+    make_generator,
+    unchanged_counts,
+)
 from .groups import (
     VariantGroup,
     VariantSet,
@@ -11,6 +28,21 @@ from .groups import (
 )
 
 __all__ = [
+    "GENERATORS",
+    "CallableGenerator",
+    "CasingGenerator",
+    "FormatGenerator",
+    "InstructionGenerator",
+    "OptionShuffleGenerator",
+    "TemplateGenerator",
+    "TypoGenerator",
+    "VariantGenerator",
+    "WhitespaceGenerator",
+    "build_variant_set",
+    "load_examples",
+    "load_text_list",
+    "make_generator",
+    "unchanged_counts",
     "VariantGroup",
     "VariantSet",
     "bundled_set_paths",

@@ -38,7 +38,7 @@ def validate_set_name(name: str, **where: Any) -> str:
     return name
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if value is None:
         return "null"
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
@@ -63,7 +63,8 @@ class VariantGroup:
     canonical: int = 0
     reference: str | None = None
     choices: list[str] | None = None
-    # Index into ``choices``: one for all variants, or one per variant when options were shuffled.
+    # The correct option: one index into ``choices`` for all variants, or one per variant when options were
+    # shuffled; then ``answer[k]`` is the position in variant k's displayed order (see ``choices_for``).
     answer: int | list[int] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -79,6 +80,19 @@ class VariantGroup:
         if self.answer is None:
             return None
         return self.answer[k] if isinstance(self.answer, list) else self.answer
+
+    def choices_for(self, k: int) -> list[str] | None:
+        """The options in the order variant ``k`` shows them.
+
+        Generated sets with shuffled options record ``meta["generation"]["choice_orders"][k][j]`` = index
+        into ``choices`` of the option shown at position j; without it the order is ``choices`` itself.
+        """
+        if self.choices is None:
+            return None
+        orders = self.meta.get("generation", {}).get("choice_orders") if isinstance(self.meta, dict) else None
+        if isinstance(orders, list) and k < len(orders) and isinstance(orders[k], list):
+            return [self.choices[j] for j in orders[k]]
+        return list(self.choices)
 
     def is_chat(self, k: int) -> bool:
         return isinstance(self.variants[k], list)
@@ -101,7 +115,7 @@ class VariantGroup:
         """Build a group from a JSON-like record, raising a located :class:`SagoInputError` when invalid."""
         where = {"source": source, "line": line}
         if not isinstance(record, Mapping):
-            raise SagoInputError(f"expected a JSON object (a variant group), got {_type_name(record)}", **where)
+            raise SagoInputError(f"expected a JSON object (a variant group), got {type_name(record)}", **where)
         for key in record:
             if key not in GROUP_KEYS:
                 raise SagoInputError(
@@ -113,7 +127,7 @@ class VariantGroup:
             raise SagoInputError("missing required field 'variants' (a list of at least 2 prompts)", **where)
         gid = record.get("id", f"#{index}")
         if isinstance(gid, bool) or not isinstance(gid, (str, int)):
-            raise SagoInputError(f"expected a string or integer id, got {_type_name(gid)}", key="id", **where)
+            raise SagoInputError(f"expected a string or integer id, got {type_name(gid)}", key="id", **where)
         try:
             return cls(
                 id=str(gid),
@@ -136,7 +150,7 @@ def _check_message_list(value: list[Any], i: int) -> None:
     for j, msg in enumerate(value):
         if not isinstance(msg, Mapping):
             raise SagoInputError(
-                f"variant {i}, message {j}: expected an object with 'role' and 'content', got {_type_name(msg)}",
+                f"variant {i}, message {j}: expected an object with 'role' and 'content', got {type_name(msg)}",
                 key="variants",
             )
         role, content = msg.get("role"), msg.get("content")
@@ -148,7 +162,7 @@ def _check_message_list(value: list[Any], i: int) -> None:
             )
         if not isinstance(content, str):
             raise SagoInputError(
-                f"variant {i}, message {j}: expected string 'content', got {_type_name(content)}", key="variants"
+                f"variant {i}, message {j}: expected string 'content', got {type_name(content)}", key="variants"
             )
 
 
@@ -156,7 +170,7 @@ def validate_group(g: VariantGroup) -> None:
     """Validate a group in place (raises :class:`SagoInputError` without location; callers add it)."""
     v = g.variants
     if not isinstance(v, list):
-        raise SagoInputError(f"expected a list of prompts, got {_type_name(v)}", key="variants")
+        raise SagoInputError(f"expected a list of prompts, got {type_name(v)}", key="variants")
     if len(v) < 2:
         raise SagoInputError(
             f"a variant group needs at least 2 variants, got {len(v)}",
@@ -171,11 +185,11 @@ def validate_group(g: VariantGroup) -> None:
             _check_message_list(x, i)
         else:
             raise SagoInputError(
-                f"variant {i}: expected a string or a list of chat messages, got {_type_name(x)}", key="variants"
+                f"variant {i}: expected a string or a list of chat messages, got {type_name(x)}", key="variants"
             )
     if g.kinds is not None:
         if not isinstance(g.kinds, list) or not all(isinstance(s, str) for s in g.kinds):
-            raise SagoInputError(f"expected a list of strings, got {_type_name(g.kinds)}", key="kinds")
+            raise SagoInputError(f"expected a list of strings, got {type_name(g.kinds)}", key="kinds")
         if len(g.kinds) != len(v):
             raise SagoInputError(
                 f"expected one kind per variant ({len(v)}), got {len(g.kinds)}", key="kinds"
@@ -186,7 +200,7 @@ def validate_group(g: VariantGroup) -> None:
         )
     if g.reference is not None:
         if not isinstance(g.reference, str):
-            raise SagoInputError(f"expected a string, got {_type_name(g.reference)}", key="reference")
+            raise SagoInputError(f"expected a string, got {type_name(g.reference)}", key="reference")
         if not g.reference.strip():
             raise SagoInputError("reference is empty", key="reference", hint="omit it to use the greedy output")
     if g.choices is not None:
@@ -210,7 +224,7 @@ def validate_group(g: VariantGroup) -> None:
                     f"expected a choice index in [0, {len(g.choices) - 1}], got {a!r}", key="answer"
                 )
     if not isinstance(g.meta, dict):
-        raise SagoInputError(f"expected an object, got {_type_name(g.meta)}", key="meta")
+        raise SagoInputError(f"expected an object, got {type_name(g.meta)}", key="meta")
 
 
 def _reject_constant(name: str) -> Any:

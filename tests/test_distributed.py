@@ -1,0 +1,42 @@
+"""`sago-train eval` under torchrun (2 CPU processes, gloo) gives the single-process results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, **kw)
+
+
+def test_torchrun_two_processes_equal_single(tmp_path, saved_tiny_model, sample_set_file):
+    args = ["eval", "--model", str(saved_tiny_model), "--set", f"sample={sample_set_file}", "--max-new-tokens", "4",
+            "--batch-size", "3", "--quiet", "--device", "cpu"]
+    single = _run([sys.executable, "-m", "sago_train.cli.main", *args, "--out", str(tmp_path / "one")])
+    assert single.returncode == 0, single.stderr
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    multi = _run([torchrun, "--nproc_per_node", "2", "--master_port", "29531", "-m", "sago_train.cli.main", *args,
+                  "--out", str(tmp_path / "two")])
+    assert multi.returncode == 0, multi.stderr[-3000:]
+    # Only rank 0 prints the table.
+    assert multi.stdout.count("SAGO evaluation") == 1
+    one = [json.loads(line) for line in (tmp_path / "one" / "sample.jsonl").read_text().splitlines()]
+    two = [json.loads(line) for line in (tmp_path / "two" / "sample.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in one] == [r["id"] for r in two]
+    for a, b in zip(one, two):
+        assert a["outputs"] == b["outputs"]
+        for axis, v in a["axes"].items():
+            assert b["axes"][axis] == pytest.approx(v, abs=1e-4), (a["id"], axis)
+    s1 = json.loads((tmp_path / "one" / "summary.json").read_text())
+    s2 = json.loads((tmp_path / "two" / "summary.json").read_text())
+    for axis, v in s1["sets"]["sample"]["axes"].items():
+        for key in ("mean", "ci_low", "ci_high", "n"):
+            assert s2["sets"]["sample"]["axes"][axis][key] == pytest.approx(v[key], abs=1e-4)
