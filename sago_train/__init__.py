@@ -6,41 +6,65 @@ along independent axes (activation, confidence, generation, mirroring).
 Example:
     >>> from sago_train import SAGOEvaluator, bundled_sets, tiny_model_path
     >>> result = SAGOEvaluator.from_pretrained(tiny_model_path()).evaluate(bundled_sets())  # doctest: +SKIP
+
+The public names below are imported lazily (as in transformers and TRL), so ``import sago_train`` and the
+CLI start fast and torch/transformers load only when used.
 """
 
-from .axes import AXES, DEFAULT_AXES, AxisValue, GroupInputs, register_axis
-from .config import SAGOConfig
-from .data import VariantGroup, VariantSet, bundled_sets, resolve_sets
-from .errors import SagoInputError
-from .evaluator import SAGOEvaluator
-from .functional import activation_dispersion, anchor_activation_distance, mean_pairwise_abs_diff
-from .results import EvalResult, GroupResult, SetResult
-from .stats import axis_correlation, bootstrap_ci, kind_effect, paired_comparison, rank_reversal
-from .version import __version__
+from __future__ import annotations
 
-__all__ = [
-    "AXES",
-    "DEFAULT_AXES",
-    "AxisValue",
-    "EvalResult",
-    "GroupInputs",
-    "GroupResult",
-    "SAGOConfig",
-    "SAGOEvaluator",
-    "SagoInputError",
-    "SetResult",
-    "VariantGroup",
-    "VariantSet",
-    "__version__",
-    "activation_dispersion",
-    "anchor_activation_distance",
-    "axis_correlation",
-    "bootstrap_ci",
-    "bundled_sets",
-    "kind_effect",
-    "mean_pairwise_abs_diff",
-    "paired_comparison",
-    "rank_reversal",
-    "register_axis",
-    "resolve_sets",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .version import __version__  # noqa: F401 - re-exported
+
+_IMPORT_STRUCTURE: dict[str, list[str]] = {
+    "axes": ["AXES", "DEFAULT_AXES", "AxisValue", "GroupInputs", "register_axis"],
+    "callback": ["SAGOCallback"],
+    "config": ["SAGOConfig"],
+    "data": ["VariantGroup", "VariantSet", "build_variant_set", "bundled_sets", "make_generator", "resolve_sets"],
+    "early_stopping": ["SAGOEarlyStoppingCallback"],
+    "errors": ["SagoInputError"],
+    "evaluator": ["SAGOEvaluator"],
+    "functional": ["activation_dispersion", "anchor_activation_distance", "mean_pairwise_abs_diff"],
+    "results": ["EvalResult", "GroupResult", "SetResult"],
+    "stats": ["axis_correlation", "bootstrap_ci", "kind_effect", "paired_comparison", "rank_reversal"],
+    "tiny_model": ["tiny_model_path", "load_tiny_model"],
+}
+_NAME_TO_MODULE = {name: module for module, names in _IMPORT_STRUCTURE.items() for name in names}
+
+__all__ = sorted(["__version__", *_NAME_TO_MODULE])
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAME_TO_MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sago_train' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .axes import AXES, DEFAULT_AXES, AxisValue, GroupInputs, register_axis  # noqa: F401
+    from .callback import SAGOCallback  # noqa: F401
+    from .config import SAGOConfig  # noqa: F401
+    from .data import (  # noqa: F401
+        VariantGroup,
+        VariantSet,
+        build_variant_set,
+        bundled_sets,
+        make_generator,
+        resolve_sets,
+    )
+    from .early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
+    from .errors import SagoInputError  # noqa: F401
+    from .evaluator import SAGOEvaluator  # noqa: F401
+    from .functional import activation_dispersion, anchor_activation_distance, mean_pairwise_abs_diff  # noqa: F401
+    from .results import EvalResult, GroupResult, SetResult  # noqa: F401
+    from .stats import axis_correlation, bootstrap_ci, kind_effect, paired_comparison, rank_reversal  # noqa: F401
+    from .tiny_model import load_tiny_model, tiny_model_path  # noqa: F401

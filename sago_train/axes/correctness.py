@@ -41,18 +41,19 @@ def choice_index(output: str, choices: Sequence[str]) -> int | None:
     out = words(output)
     if not out:
         return None
-    first = output.strip().split()[0].lower() if output.strip() else ""
+    # A choice's own text first (longest first, so "New York City" wins over "New York"): with numeric
+    # options such as ["4", "5"], an answer "4" means the option "4", not the fourth option.
+    for i in sorted(range(len(choices)), key=lambda i: -len(words(choices[i]))):
+        cw = words(choices[i])
+        if cw and out[: len(cw)] == cw:
+            return i
+    first = output.strip().split()[0].lower()
     m = _LABEL.match(first)
     if m:
         label = m.group(1)
         idx = ord(label) - ord("a") if label.isalpha() else int(label) - 1
         if 0 <= idx < len(choices):
             return idx
-    # Longest choice first so that "New York City" wins over "New York".
-    for i in sorted(range(len(choices)), key=lambda i: -len(words(choices[i]))):
-        cw = words(choices[i])
-        if cw and out[: len(cw)] == cw:
-            return i
     return None
 
 

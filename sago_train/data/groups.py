@@ -14,12 +14,12 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from ..errors import SagoInputError, did_you_mean
 
 Message = dict[str, str]
-Variant = Union[str, list[Message]]
+Variant = str | list[Message]
 
 GROUP_KEYS = ("id", "variants", "kinds", "canonical", "reference", "choices", "answer", "meta")
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -359,7 +359,7 @@ class VariantSet:
                 f.write(json.dumps(g.to_dict(), ensure_ascii=False) + "\n")
 
 
-SetsLike = Union[VariantSet, str, os.PathLike, Mapping[str, Union[VariantSet, str, os.PathLike]], Sequence[Any]]
+SetsLike = VariantSet | str | os.PathLike | Mapping[str, VariantSet | str | os.PathLike] | Sequence[Any]
 
 
 def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:

@@ -25,8 +25,12 @@ def activation_dispersion(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Te
     v = vectors.float()
     # Normalizing with a floor on the squared norm keeps zero vectors finite (and their gradient defined).
     u = v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
-    m = u.mean(dim=-2)
-    return (k / (k - 1)) * (1.0 - (m * m).sum(-1))
+    # sum_{i != j} u_i.u_j = ||sum_k u_k||^2 - sum_k ||u_k||^2. For unit vectors this is the
+    # K/(K-1) * (1 - ||mean u||^2) form above; subtracting the actual ||u_k||^2 (instead of assuming 1)
+    # keeps it equal to the pairwise mean when a vector is zero (cos := 0, as in the functions below).
+    s = u.sum(dim=-2)
+    cos_sum = (s * s).sum(-1) - (u * u).sum(-1).sum(-1)
+    return 1.0 - cos_sum / (k * (k - 1))
 
 
 def anchor_activation_distance(vectors: torch.Tensor, canonical: int | torch.Tensor = 0, eps: float = 1e-12) -> torch.Tensor:
@@ -50,7 +54,9 @@ def anchor_activation_distance(vectors: torch.Tensor, canonical: int | torch.Ten
     else:
         idx = canonical.to(device=u.device, dtype=torch.long)
     anchor = torch.gather(u, -2, idx[..., None, None].expand(*u.shape[:-2], 1, u.shape[-1])).detach()
-    dist = 1.0 - (u * anchor).sum(-1)  # [..., K]; 0 at the canonical position
+    dist = 1.0 - (u * anchor).sum(-1)  # [..., K]
+    # Leave the canonical's distance to itself out explicitly: it is 0 only when its vector is non-zero.
+    dist = dist.scatter(-1, idx[..., None], 0.0)
     return dist.sum(-1) / (k - 1)
 
 
@@ -66,7 +72,8 @@ def mean_pairwise_abs_diff(values: torch.Tensor) -> torch.Tensor:
     k = values.shape[-1]
     if k < 2:
         raise ValueError(f"need at least 2 values along the last dim, got K={k}")
-    x, _ = values.float().sort(dim=-1)
+    x = values if values.dtype == torch.float64 else values.float()
+    x, _ = x.sort(dim=-1)
     r = torch.arange(k, device=x.device, dtype=x.dtype)
     total = (x * (2 * r - k + 1)).sum(-1)
     return total / (k * (k - 1) / 2)

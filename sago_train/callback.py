@@ -1,0 +1,339 @@
+"""``SAGOCallback``: SAGO evaluation inside a Hugging Face ``Trainer`` (or TRL ``SFTTrainer``) run.
+
+Metrics go through ``Trainer.log`` so that every ``report_to`` integration receives them at the right
+global step, under ``eval_sago/<set>/<axis>`` (W&B shows ``eval/sago/<set>/<axis>``); when the Trainer
+itself evaluates, they are also added to its metrics so ``metric_for_best_model="sago/<set>/<axis>"`` works.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from . import distributed
+from .config import SAGOConfig
+from .data.groups import SetsLike, resolve_sets
+from .evaluator import SAGOEvaluator
+from .monitoring import MonitorState, Snapshot
+from .results import EvalResult
+from .stats import to_jsonable
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "eval_sago"
+
+
+def find_trainer(max_depth: int = 12) -> Any | None:
+    """The ``transformers.Trainer`` whose callback handler is calling us.
+
+    Callbacks are not handed the Trainer, but logging through ``Trainer.log`` is the only way to reach every
+    ``report_to`` integration at the right step, so we look up the caller's frame (``CallbackHandler`` is
+    always called from a Trainer method).
+    """
+    from transformers import Trainer
+
+    frame = inspect.currentframe()
+    try:
+        for _ in range(max_depth):
+            if frame is None:
+                return None
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, Trainer):
+                return candidate
+            frame = frame.f_back
+    finally:
+        del frame
+    return None
+
+
+class _RNGGuard:
+    """Save and restore every RNG an evaluation could touch, so monitoring never changes training."""
+
+    def __enter__(self) -> _RNGGuard:
+        self.py = random.getstate()
+        self.np = np.random.get_state()
+        self.torch = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        random.setstate(self.py)
+        np.random.set_state(self.np)
+        torch.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+def _is_oom(err: BaseException) -> bool:
+    return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+class SAGOCallback(TrainerCallback):
+    """Measure SAGO on held-out variant sets while a model trains.
+
+    Args:
+        sets: a :class:`VariantSet`, a dict name -> set or JSONL path, a path, or a list of these.
+        eval_steps: evaluate every N optimizer steps. Default: whenever the Trainer evaluates; when the
+            Trainer never evaluates (no eval dataset), ``n_evaluations`` times over the run.
+        baseline: evaluate once before the first training step; later evaluations report their paired
+            change against it (``..._vs_baseline``) and against the best evaluation so far (``..._vs_best``).
+        n_evaluations: evaluations per run when neither ``eval_steps`` nor the Trainer sets a cadence.
+        raise_on_error: re-raise an exception from an evaluation instead of logging it and training on.
+        log_unstable_groups: rows of the W&B table of the most unstable groups (0 disables it).
+        **options: evaluation options of ``sago-train eval`` (:class:`SAGOConfig` fields: ``axes``,
+            ``layers``, ``pooling``, ``similarity``, ``max_new_tokens``, ``batch_size``, ``max_groups``, ``seed``...).
+
+    Example:
+        >>> from transformers import Trainer
+        >>> from sago_train import SAGOCallback, VariantSet
+        >>> cb = SAGOCallback({"paraphrase": "sets/paraphrase.jsonl"}, eval_steps=100, max_groups=64)  # doctest: +SKIP
+        >>> trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[cb])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        sets: SetsLike,
+        *,
+        eval_steps: int | None = None,
+        baseline: bool = True,
+        n_evaluations: int = 10,
+        raise_on_error: bool = False,
+        log_unstable_groups: int = 10,
+        evaluate_at_end: bool = True,
+        config: SAGOConfig | None = None,
+        **options: Any,
+    ) -> None:
+        self.sets = resolve_sets(sets)
+        self.config = config if config is not None else SAGOConfig.from_kwargs(**options)
+        if eval_steps is not None and (not isinstance(eval_steps, int) or eval_steps < 1):
+            from .errors import SagoInputError
+
+            raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
+        self.eval_steps = eval_steps
+        self.baseline = baseline
+        self.n_evaluations = n_evaluations
+        self.raise_on_error = raise_on_error
+        self.log_unstable_groups = log_unstable_groups
+        self.evaluate_at_end = evaluate_at_end
+        self.trainer: Any | None = None
+        self.monitor: MonitorState | None = None
+        self.last_result: EvalResult | None = None
+        self.last_metrics: dict[str, float] = {}
+        self.failures: list[dict[str, Any]] = []
+        self._own_cadence: int | None = None
+        self._pending = False
+        self._listeners: list[Any] = []
+
+    # ------------------------------------------------------------------ wiring
+    def attach(self, trainer: Any) -> SAGOCallback:
+        """Bind to a Trainer explicitly (done automatically when passed in ``callbacks=[...]``)."""
+        self.trainer = trainer
+        return self
+
+    def add_listener(self, listener: Any) -> None:
+        """Objects with ``on_sago_evaluate(args, state, control, result, snapshot)`` (early stopping)."""
+        if listener not in self._listeners:
+            self._listeners.append(listener)
+
+    def _discover(self) -> None:
+        if self.trainer is None:
+            self.trainer = find_trainer()
+        if self.trainer is not None:
+            for cb in self.trainer.callback_handler.callbacks:
+                if hasattr(cb, "on_sago_evaluate"):
+                    self.add_listener(cb)
+
+    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        self._discover()
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        # Resuming replaces stateful callbacks (early stopping) with restored instances: find them afresh.
+        self._listeners = []
+        self._discover()
+        self.monitor = MonitorState(Path(args.output_dir) / "sago")
+        resumed = state.global_step > 0
+        self.monitor.load(state.global_step if resumed else None)
+        if not resumed and distributed.is_main_process():
+            self.monitor.history = []
+            if self.monitor.history_path.exists():
+                self.monitor._rewrite_history()
+        self._own_cadence = self._cadence(args, state)
+        if self.baseline and state.global_step not in self.monitor.evaluated_steps() and not resumed:
+            self._evaluate(args, state, control, kwargs)
+
+    def _cadence(self, args: TrainingArguments, state: TrainerState) -> int | None:
+        """Steps between our own evaluations; None when we follow the Trainer's evaluations."""
+        if self.eval_steps is not None:
+            return self.eval_steps
+        strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+        if strategy != "no":
+            return None
+        return max(1, math.ceil(max(state.max_steps, 1) / max(self.n_evaluations, 1)))
+
+    # ------------------------------------------------------------------ events
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        if self._own_cadence is None or state.global_step % self._own_cadence != 0:
+            return
+        if control.should_evaluate:
+            self._pending = True  # the Trainer evaluates right after: join its metrics in on_evaluate
+        else:
+            self._evaluate(args, state, control, kwargs)
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics=None,
+                    **kwargs: Any):
+        if self._own_cadence is not None and not self._pending:
+            return
+        self._pending = False
+        if self.monitor is not None and state.global_step in self.monitor.evaluated_steps() and self.last_metrics:
+            new = self.last_metrics  # already measured at this step (e.g. the baseline with eval_on_start)
+        else:
+            new = self._evaluate(args, state, control, kwargs)
+        if metrics is not None and new:
+            metrics.update(new)
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        if not self.evaluate_at_end or self.monitor is None:
+            return
+        if state.global_step not in self.monitor.evaluated_steps():
+            self._evaluate(args, state, control, kwargs)
+
+    # ------------------------------------------------------------------ evaluation
+    def _progress(self, args: TrainingArguments, total: int) -> tuple[Callable[[int], None] | None, Any]:
+        if args.disable_tqdm or not distributed.is_main_process():
+            return None, None
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="SAGO eval", leave=False, dynamic_ncols=True)
+        return bar.update, bar
+
+    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments) -> EvalResult:
+        config = self.config
+        while True:
+            evaluator = SAGOEvaluator(model, tokenizer, config=config)
+            tick, bar = self._progress(args, evaluator.count_sequences(self.sets))
+            try:
+                return evaluator.evaluate(self.sets, progress=tick)
+            except RuntimeError as err:
+                if not _is_oom(err) or config.batch_size == 1:
+                    raise
+                # Out of memory: retry with half the batch (results do not depend on the batch size).
+                logger.warning("sago: out of memory at batch size %d, retrying with %d", config.batch_size,
+                               config.batch_size // 2)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                config = SAGOConfig(**{**config.to_dict(), "batch_size": max(1, config.batch_size // 2)})
+            finally:
+                if bar is not None:
+                    bar.close()
+
+    def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                  kwargs: dict[str, Any]) -> dict[str, float]:
+        model = kwargs.get("model")
+        tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")
+        if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
+            tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping a tokenizer
+        if model is None or tokenizer is None or self.monitor is None:
+            logger.warning("sago: no model or tokenizer available to the callback; skipping evaluation")
+            return {}
+        start = time.perf_counter()
+        try:
+            with _RNGGuard():
+                result = self._run_evaluator(model, tokenizer, args)
+        except Exception as err:  # noqa: BLE001 - monitoring must never cost the training run
+            if self.raise_on_error:
+                raise
+            self.failures.append({"step": state.global_step, "error": f"{type(err).__name__}: {err}"})
+            logger.error("sago: evaluation at step %d failed and was skipped (%s: %s); training continues",
+                         state.global_step, type(err).__name__, err, exc_info=True)
+            return {}
+        seconds = time.perf_counter() - start
+        snap = Snapshot.from_result(state.global_step, result)
+        compare = self.monitor.compare(snap, alpha_seed=self.config.seed)
+        self.monitor.observe(snap)
+        self.last_result = result
+        metrics = result.metrics(prefix=PREFIX)
+        for name, axes in compare.items():
+            for axis, entry in axes.items():
+                for label, res in entry.items():
+                    metrics[f"{PREFIX}/{name}/{axis}_{label}"] = res["mean_diff"]
+                    metrics[f"{PREFIX}/{name}/{axis}_{label}_p"] = res["p_value"]
+        metrics[f"{PREFIX}/runtime"] = seconds
+        metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+        self.last_metrics = metrics
+        if distributed.is_main_process():
+            self._write(state, result, compare, seconds)
+        self._log(metrics, control)
+        self._log_wandb(args, state, result)
+        for listener in self._listeners:
+            listener.on_sago_evaluate(args, state, control, result=result, snapshot=snap, monitor=self.monitor)
+        return metrics
+
+    def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
+        if self.monitor is None:
+            return
+        entry = {
+            "step": int(state.global_step),
+            "epoch": float(state.epoch or 0.0),
+            "sets": result.history_sets(),
+            "baseline": self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step,
+            "compare": compare,
+            "correctness": {n: s.correctness for n, s in result.sets.items()},
+            "runtime_s": seconds,
+        }
+        try:
+            # Group records first: a history line never points at records that are not on disk.
+            self.monitor.write_groups(state.global_step, result)
+            self.monitor.append(to_jsonable(entry))
+        except OSError as err:
+            logger.error("sago: could not write the evaluation history (%s); training continues", err)
+            self.failures.append({"step": state.global_step, "error": f"OSError: {err}"})
+
+    def _log(self, metrics: dict[str, float], control: TrainerControl) -> None:
+        if self.trainer is not None:
+            # Trainer.log resets control.should_log (and the handler may touch other flags); keep the
+            # Trainer's own plans for this step (its loss log, evaluation, checkpoint) intact.
+            flags = (control.should_log, control.should_evaluate, control.should_save)
+            self.trainer.log(dict(metrics))
+            control.should_log, control.should_evaluate, control.should_save = flags
+        elif distributed.is_main_process():
+            logger.info("sago metrics: %s", metrics)
+
+    def _log_wandb(self, args: TrainingArguments, state: TrainerState, result: EvalResult) -> None:
+        """Histograms of per-group values and a table of the most unstable groups, when W&B is active."""
+        if not distributed.is_main_process() or "wandb" not in (args.report_to or []):
+            return
+        try:
+            import wandb
+
+            if wandb.run is None:
+                return
+            payload: dict[str, Any] = {"train/global_step": state.global_step}
+            rows = []
+            for name, s in result.sets.items():
+                for axis in s.axes:
+                    values = [v for v in s.values(axis) if math.isfinite(v)]
+                    if values:
+                        payload[f"eval/sago/{name}/{axis}_hist"] = wandb.Histogram(values)
+                for g in s.groups:
+                    rows.append((g.instability, name, g))
+            if self.log_unstable_groups > 0 and rows:
+                rows.sort(key=lambda r: -r[0] if math.isfinite(r[0]) else 0.0)
+                table = wandb.Table(columns=["set", "id", "instability", "axes", "variants", "outputs"])
+                for inst, name, g in rows[: self.log_unstable_groups]:
+                    table.add_data(name, g.id, inst, str({a: round(v, 4) for a, v in g.axes.items()}),
+                                   "\n".join(map(str, g.variants)), "\n".join(g.outputs or []))
+                payload["eval/sago/unstable_groups"] = table
+            wandb.log(payload)
+        except Exception as err:  # noqa: BLE001 - a failing W&B must not stop the other reporters
+            logger.warning("sago: W&B logging failed (%s: %s); other reporters and the history go on",
+                           type(err).__name__, err)

@@ -1,0 +1,306 @@
+"""SAGOCallback inside real Trainer / SFTTrainer runs on a tiny model."""
+
+from __future__ import annotations
+
+import glob
+import json
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
+
+from ._trainer import make_trainer, variant_set
+
+pytestmark = pytest.mark.slow
+FAST = dict(max_new_tokens=3, n_bootstrap=200)
+
+
+class Recorder(TrainerCallback):
+    """Records callback events (and which SAGO keys each log carried) to check order and content."""
+
+    def __init__(self):
+        self.events: list[tuple[str, int, list[str]]] = []
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.events.append(("train_begin", state.global_step, []))
+
+    def on_step_end(self, args, state, control, **kw):
+        self.events.append(("step_end", state.global_step, []))
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        self.events.append(("log", state.global_step, sorted(k for k in logs if k.startswith("eval_sago"))))
+
+    def on_evaluate(self, args, state, control, metrics=None, **kw):
+        self.events.append(("evaluate", state.global_step, sorted(k for k in metrics if k.startswith("eval_sago"))))
+
+
+def _history(out):
+    return [json.loads(x) for x in (out / "sago" / "history.jsonl").read_text().splitlines()]
+
+
+def test_lora_run_logs_history_and_files(tmp_path):
+    rec = Recorder()
+    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb, rec], lora=True, max_steps=10)
+    tr.train()
+    hist = _history(tmp_path)
+    assert [h["step"] for h in hist] == [0, 5, 10]
+    assert hist[0]["baseline"] is True
+    for h in hist:
+        assert set(h) >= {"step", "epoch", "sets"}
+        for axis in ("activation", "confidence", "generation", "mirroring"):
+            assert set(h["sets"]["num"][axis]) == {"mean", "ci_low", "ci_high", "n"}
+        records = (tmp_path / "sago" / f"step-{h['step']}" / "num.jsonl").read_text().splitlines()
+        assert len(records) == 8 and {"variants", "outputs", "axes"} <= set(json.loads(records[0]))
+    assert "vs_baseline" in hist[1]["compare"]["num"]["activation"]
+    # Metrics reached the Trainer's log at the right global step, beside its own loss logs.
+    sago_logs = [h for h in tr.state.log_history if "eval_sago/num/activation" in h]
+    assert [h["step"] for h in sago_logs] == [0, 5, 10]
+    assert all("eval_sago/instability" in h and "eval_sago/num/activation_ci_low" in h for h in sago_logs)
+    assert "eval_sago/num/activation_vs_baseline" in sago_logs[1]
+    assert [h["step"] for h in tr.state.log_history if "loss" in h] == [5, 10]
+    # Order: baseline inside train_begin before any step; the step-5 evaluation logs right after step_end 5.
+    names = [(e, s) for e, s, keys in rec.events if e != "log" or keys]
+    assert names[0] == ("log", 0)  # the baseline is logged from on_train_begin, before any training step
+    assert names.index(("log", 0)) < names.index(("step_end", 1))
+    # The step-5 evaluation is logged during step 5's on_step_end (callbacks run in order, so ours precedes
+    # the recorder's), i.e. after step 4 ended and before step 6.
+    assert names.index(("step_end", 4)) < names.index(("log", 5)) < names.index(("step_end", 6))
+
+
+def test_follows_trainer_evaluation_and_best_model(tmp_path):
+    cb = SAGOCallback(variant_set(), **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb], max_steps=6, eval_dataset=True, eval_strategy="steps", eval_steps=3,
+                      save_strategy="steps", save_steps=3, load_best_model_at_end=True,
+                      metric_for_best_model="sago/num/activation", greater_is_better=False)
+    tr.train()
+    assert [h["step"] for h in _history(tmp_path)] == [0, 3, 6]
+    evals = [h for h in tr.state.log_history if "eval_loss" in h]
+    assert [h["step"] for h in evals] == [3, 6]
+    assert tr.state.best_metric is not None
+    best = min((h for h in tr.state.log_history if "eval_sago/num/activation" in h and h["step"] > 0),
+               key=lambda h: h["eval_sago/num/activation"])
+    assert tr.state.best_metric == pytest.approx(best["eval_sago/num/activation"])
+
+
+def test_runs_without_eval_dataset_at_default_cadence(tmp_path):
+    cb = SAGOCallback(variant_set(), n_evaluations=2, **FAST)
+    make_trainer(tmp_path, callbacks=[cb], max_steps=6).train()
+    assert [h["step"] for h in _history(tmp_path)] == [0, 3, 6]
+
+
+def test_sft_trainer(tmp_path):
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+
+    from .conftest import make_byte_tokenizer, make_tiny_model
+
+    tok = make_byte_tokenizer()
+    ds = Dataset.from_dict({"prompt": [f"The number {i} is" for i in range(32)],
+                            "completion": [f" {i}." for i in range(32)]})
+    cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+    args = trl.SFTConfig(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8, report_to=[],
+                         use_cpu=True, disable_tqdm=True, logging_steps=2, save_strategy="no", max_length=32)
+    tr = trl.SFTTrainer(model=make_tiny_model("llama"), args=args, train_dataset=ds, processing_class=tok,
+                        callbacks=[cb])
+    tr.train()
+    assert [h["step"] for h in _history(tmp_path)] == [0, 2, 4]
+    assert any("eval_sago/num/activation" in h for h in tr.state.log_history)
+
+
+def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from ._wandb_reader import history_rows
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "sago-test")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    make_trainer(tmp_path / "out", callbacks=[cb], max_steps=5, report_to=["wandb", "tensorboard"]).train()
+    import wandb
+
+    wandb.finish()  # the Trainer leaves the run open; finishing flushes it to the offline file
+    files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "*.wandb"))
+    assert len(files) == 1
+    rows = history_rows(files[0])
+    scalars = [r for r in rows if "eval/sago/num/activation" in r]
+    assert [int(r["train/global_step"]) for r in scalars] == [0, 5]
+    hist0 = _history(tmp_path / "out")[0]["sets"]["num"]["activation"]["mean"]
+    assert float(scalars[0]["eval/sago/num/activation"]) == pytest.approx(hist0, rel=1e-6)
+    assert any("eval/sago/num/activation_hist/_type" in r for r in rows)
+    assert any(k.startswith("eval/sago/unstable_groups") for r in rows for k in r)
+    # TensorBoard got the same scalars, read back from its event files.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    event_dirs = {p.rsplit("/", 1)[0] for p in glob.glob(str(tmp_path / "tb" / "**" / "events.*"), recursive=True)}
+    tags = {}
+    for d in event_dirs:
+        acc = EventAccumulator(d)
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            tags[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
+    assert [s for s, _ in tags["eval/sago/num/activation"]] == [0, 5]
+    assert tags["eval/sago/num/activation"][0][1] == pytest.approx(hist0, rel=1e-5)
+
+
+def test_failing_wandb_keeps_history_and_training(tmp_path, monkeypatch):
+    import wandb
+
+    def boom(*a, **k):
+        raise RuntimeError("wandb is down")
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    tr = make_trainer(tmp_path / "out", callbacks=[cb], max_steps=5, report_to=["wandb"])
+    monkeypatch.setattr(wandb, "Histogram", boom)
+    tr.train()
+    wandb.finish()
+    assert [h["step"] for h in _history(tmp_path / "out")] == [0, 5]
+
+
+def test_evaluation_exception_does_not_stop_training(tmp_path, monkeypatch):
+    from sago_train import evaluator as ev_mod
+
+    calls = {"n": 0}
+    real = ev_mod.SAGOEvaluator.evaluate
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ValueError("injected failure")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(ev_mod.SAGOEvaluator, "evaluate", flaky)
+    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb], max_steps=10)
+    tr.train()
+    assert tr.state.global_step == 10
+    assert [h["step"] for h in _history(tmp_path)] == [0, 10]
+    assert cb.failures and "injected failure" in cb.failures[0]["error"]
+    with pytest.raises(ValueError, match="injected"):
+        calls["n"] = 1
+        make_trainer(tmp_path / "r", callbacks=[SAGOCallback(variant_set(), eval_steps=5, raise_on_error=True, **FAST)],
+                     max_steps=5).train()
+
+
+def test_monitoring_does_not_change_training_bitwise(tmp_path):
+    def final_weights(callbacks, out):
+        tr = make_trainer(out, callbacks=callbacks, max_steps=12, lora=True, gradient_accumulation_steps=2)
+        tr.train()
+        return {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+
+    off = final_weights([], tmp_path / "off")
+    on = final_weights([SAGOCallback(variant_set(), eval_steps=3, **FAST)], tmp_path / "on")
+    assert off.keys() == on.keys()
+    for k in off:
+        assert torch.equal(off[k], on[k]), k
+
+
+def test_restores_model_state(tmp_path):
+    cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb], max_steps=2, gradient_checkpointing=True)
+    tok = tr.processing_class
+    tok.padding_side = "left"
+    use_cache = tr.model.config.use_cache
+    tr.train()
+    assert tr.model.training  # the Trainer leaves it in train mode; evaluation restored it
+    assert tok.padding_side == "left" and tr.model.config.use_cache == use_cache
+    assert tr.model.is_gradient_checkpointing
+
+
+def test_resume_has_every_evaluation_once(tmp_path):
+    out = tmp_path / "run"
+    cb = SAGOCallback(variant_set(), eval_steps=3, **FAST)
+    tr = make_trainer(out, callbacks=[cb], max_steps=9, save_strategy="steps", save_steps=3)
+    tr.train()
+    full = _history(out)
+    assert [h["step"] for h in full] == [0, 3, 6, 9]
+    # Resume from step 3 as after a crash: later evaluations are redone exactly once.
+    cb2 = SAGOCallback(variant_set(), eval_steps=3, **FAST)
+    tr2 = make_trainer(out, callbacks=[cb2], max_steps=9, save_strategy="steps", save_steps=3)
+    tr2.train(resume_from_checkpoint=str(out / "checkpoint-3"))
+    hist = _history(out)
+    assert [h["step"] for h in hist] == [0, 3, 6, 9]
+    assert hist[0] == full[0] and hist[1] == full[1]
+    for a, b in zip(full[2:], hist[2:]):
+        assert b["sets"]["num"]["activation"]["mean"] == pytest.approx(a["sets"]["num"]["activation"]["mean"], abs=1e-5)
+    # The baseline survived the resume: comparisons are still against step 0.
+    assert hist[2]["compare"]["num"]["activation"]["vs_baseline"]["step"] == 0
+
+
+class _Drift(TrainerCallback):
+    """A crafted regression: a hook on block 0 adds a vector shared by every input, which makes the variants'
+    hidden states similar; it shrinks at every step (no training), so activation instability rises."""
+
+    def __init__(self, model, shrink_per_step: float):
+        self.weight = 1.0
+        self.shrink = shrink_per_step
+        torch.manual_seed(123)
+        self.common = 20.0 * torch.randn(32)
+        model.model.layers[0].register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output):
+        h = output[0] if isinstance(output, tuple) else output
+        h = h + self.weight * self.common
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    def on_step_end(self, args, state, control, **kw):
+        self.weight = max(0.0, 1.0 - self.shrink * state.global_step)
+
+
+def _drifting_trainer(tmp_path, shrink, stopper):
+    cb = SAGOCallback(variant_set(n=16), eval_steps=1, axes="activation", layers=[0], **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=8, learning_rate=0.0)
+    tr.add_callback(_Drift(tr.model, shrink))
+    return tr
+
+
+def test_early_stopping_triggers_on_crafted_regression(tmp_path):
+    stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, alpha=0.05)
+    tr = _drifting_trainer(tmp_path, 0.12, stopper)
+    tr.train()
+    assert tr.state.global_step < 8
+    assert stopper.stopped_step == tr.state.global_step and "worse than the best" in stopper.reason
+    assert [d["verdict"] for d in stopper.decisions][-2:] == ["worse (1/2)", "worse (2/2)"]
+
+
+def test_early_stopping_ignores_noise(tmp_path):
+    stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, alpha=0.05)
+    tr = _drifting_trainer(tmp_path, 0.0, stopper)  # no drift: evaluations differ by float noise only
+    tr.train()
+    assert tr.state.global_step == 8 and stopper.stopped_step is None
+    assert all(d["verdict"] in ("best", "not significantly worse") for d in stopper.decisions)
+
+
+def test_torchrun_two_processes_history_equals_single(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "offline"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    single = subprocess.run([sys.executable, "-m", "tests.ddp_callback_worker", str(tmp_path / "one")], cwd=root,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    multi = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "29533", "-m",
+                            "tests.ddp_callback_worker", str(tmp_path / "two")], cwd=root, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert multi.returncode == 0, multi.stderr[-3000:]
+    one, two = _history(tmp_path / "one"), _history(tmp_path / "two")
+    assert [h["step"] for h in two] == [h["step"] for h in one] == [0, 2, 4]
+    for a, b in zip(one, two):
+        for axis, v in a["sets"]["num"].items():
+            for key in ("mean", "ci_low", "ci_high", "n"):
+                assert b["sets"]["num"][axis][key] == pytest.approx(v[key], abs=1e-4), (a["step"], axis, key)
+    r0 = json.loads((tmp_path / "two" / "rank0.json").read_text())
+    r1 = json.loads((tmp_path / "two" / "rank1.json").read_text())
+    assert r0["world"] == r1["world"] == 2
+    assert r0["writes"] and not r1["writes"]  # only rank 0 writes files
+    assert r0["groups"] == r1["groups"] and len(r0["groups"]["num"]) == 7  # every rank sees the gathered result
