@@ -84,10 +84,12 @@ class SAGOCallback(TrainerCallback):
     Args:
         sets: a :class:`VariantSet`, a dict name -> set or JSONL path, a path, or a list of these.
         eval_steps: evaluate every N optimizer steps. Default: whenever the Trainer evaluates; when the
-            Trainer never evaluates (no eval dataset), ``n_evaluations`` times over the run.
+            Trainer never evaluates (no eval dataset), an automatic cadence that keeps evaluation time within
+            ``overhead_budget`` of training time.
         baseline: evaluate once before the first training step; later evaluations report their paired
             change against it (``..._vs_baseline``) and against the best evaluation so far (``..._vs_best``).
-        n_evaluations: evaluations per run when neither ``eval_steps`` nor the Trainer sets a cadence.
+        overhead_budget: for the automatic cadence, the share of training wall time that periodic evaluations
+            may take (0.05 = 5%); the interval is re-estimated after every evaluation from measured times.
         raise_on_error: re-raise an exception from an evaluation instead of logging it and training on.
         log_unstable_groups: rows of the W&B table of the most unstable groups (0 disables it).
         **options: evaluation options of ``sago-train eval`` (:class:`SAGOConfig` fields: ``axes``,
@@ -106,7 +108,7 @@ class SAGOCallback(TrainerCallback):
         *,
         eval_steps: int | None = None,
         baseline: bool = True,
-        n_evaluations: int = 10,
+        overhead_budget: float = 0.05,
         raise_on_error: bool = False,
         log_unstable_groups: int = 10,
         evaluate_at_end: bool = True,
@@ -121,7 +123,11 @@ class SAGOCallback(TrainerCallback):
             raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
         self.eval_steps = eval_steps
         self.baseline = baseline
-        self.n_evaluations = n_evaluations
+        if not (isinstance(overhead_budget, (int, float)) and overhead_budget > 0 and math.isfinite(overhead_budget)):
+            from .errors import SagoInputError
+
+            raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
+        self.overhead_budget = float(overhead_budget)
         self.raise_on_error = raise_on_error
         self.log_unstable_groups = log_unstable_groups
         self.evaluate_at_end = evaluate_at_end
@@ -131,6 +137,9 @@ class SAGOCallback(TrainerCallback):
         self.last_metrics: dict[str, float] = {}
         self.failures: list[dict[str, Any]] = []
         self._own_cadence: int | None = None
+        self._auto = False
+        self._next_auto: int | None = None
+        self._clock: dict[str, float] = {}
         self._pending = False
         self._listeners: list[Any] = []
 
@@ -168,21 +177,41 @@ class SAGOCallback(TrainerCallback):
             if self.monitor.history_path.exists():
                 self.monitor._rewrite_history()
         self._own_cadence = self._cadence(args, state)
+        self._auto = self._own_cadence is None and self.eval_steps is None and not self._trainer_evaluates(args)
+        self._next_auto = None
+        self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
         if self.baseline and state.global_step not in self.monitor.evaluated_steps() and not resumed:
             self._evaluate(args, state, control, kwargs)
 
+    @staticmethod
+    def _trainer_evaluates(args: TrainingArguments) -> bool:
+        return str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no"
+
     def _cadence(self, args: TrainingArguments, state: TrainerState) -> int | None:
-        """Steps between our own evaluations; None when we follow the Trainer's evaluations."""
-        if self.eval_steps is not None:
-            return self.eval_steps
-        strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
-        if strategy != "no":
-            return None
-        return max(1, math.ceil(max(state.max_steps, 1) / max(self.n_evaluations, 1)))
+        """Fixed steps between our own evaluations; None when following the Trainer or the automatic cadence."""
+        return self.eval_steps
+
+    def _schedule_auto(self, state: TrainerState) -> None:
+        """Next automatic evaluation step: eval_time / (k * step_time) <= overhead_budget.
+
+        Times are measured on rank 0 and broadcast, so every rank evaluates at the same step (evaluation
+        runs collectives)."""
+        now = time.perf_counter()
+        steps = max(1, state.global_step - int(self._clock["step"]))
+        train_s = max(1e-9, now - self._clock["start"] - self._clock["eval"])
+        step_s = train_s / steps
+        interval = max(1, math.ceil(self._clock["last_eval"] / (self.overhead_budget * step_s)))
+        interval = distributed.broadcast_object(interval)
+        self._next_auto = int(self._clock.get("eval_step", self._clock["step"])) + interval
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        if self._own_cadence is None or state.global_step % self._own_cadence != 0:
+        if self._auto:
+            if self._next_auto is None:
+                self._schedule_auto(state)  # first step: now the step time is known
+            if state.global_step < (self._next_auto or 0):
+                return
+        elif self._own_cadence is None or state.global_step % self._own_cadence != 0:
             return
         if control.should_evaluate:
             self._pending = True  # the Trainer evaluates right after: join its metrics in on_evaluate
@@ -191,7 +220,7 @@ class SAGOCallback(TrainerCallback):
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics=None,
                     **kwargs: Any):
-        if self._own_cadence is not None and not self._pending:
+        if (self._own_cadence is not None or self._auto) and not self._pending:
             return
         self._pending = False
         if self.monitor is not None and state.global_step in self.monitor.evaluated_steps() and self.last_metrics:
@@ -257,6 +286,12 @@ class SAGOCallback(TrainerCallback):
                          state.global_step, type(err).__name__, err, exc_info=True)
             return {}
         seconds = time.perf_counter() - start
+        if self._clock:
+            self._clock["eval"] += seconds
+            self._clock["last_eval"] = seconds
+            self._clock["eval_step"] = state.global_step
+        if self._auto and self._next_auto is not None:
+            self._schedule_auto(state)
         snap = Snapshot.from_result(state.global_step, result)
         compare = self.monitor.compare(snap, alpha_seed=self.config.seed)
         self.monitor.observe(snap)

@@ -35,3 +35,12 @@ def gather_objects(items: list[Any]) -> list[Any]:
     out: list[list[Any]] = [[] for _ in range(world_size())]
     torch.distributed.all_gather_object(out, items)
     return [x for part in out for x in part]
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """``obj`` from rank ``src`` on every rank; the identity without distributed."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=src)
+    return box[0]

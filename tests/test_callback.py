@@ -85,10 +85,14 @@ def test_follows_trainer_evaluation_and_best_model(tmp_path):
     assert tr.state.best_metric == pytest.approx(best["eval_sago/num/activation"])
 
 
-def test_runs_without_eval_dataset_at_default_cadence(tmp_path):
-    cb = SAGOCallback(variant_set(), n_evaluations=2, **FAST)
-    make_trainer(tmp_path, callbacks=[cb], max_steps=6).train()
-    assert [h["step"] for h in _history(tmp_path)] == [0, 3, 6]
+def test_runs_without_eval_dataset_at_automatic_cadence(tmp_path):
+    # A huge budget allows an evaluation after every step; a tiny one none but the baseline and the final one.
+    cb = SAGOCallback(variant_set(), overhead_budget=1e6, **FAST)
+    make_trainer(tmp_path / "a", callbacks=[cb], max_steps=4).train()
+    assert [h["step"] for h in _history(tmp_path / "a")] == [0, 1, 2, 3, 4]
+    cb = SAGOCallback(variant_set(), overhead_budget=1e-6, **FAST)
+    make_trainer(tmp_path / "b", callbacks=[cb], max_steps=4).train()
+    assert [h["step"] for h in _history(tmp_path / "b")] == [0, 4]
 
 
 def test_sft_trainer(tmp_path):

@@ -1,0 +1,287 @@
+"""Cost of the stability loss: training-step time and peak memory, side by side in one run.
+
+Three ways to train on the same batch of variant groups with the same tiny Llama:
+
+- ``task``:  the task loss only (``model(**batch).loss``), the baseline;
+- ``sago``:  task loss + lambda_act * L_act + lambda_conf * L_conf, with sago_train's hook capture;
+- ``naive``: the same terms computed from ``output_hidden_states=True`` (the obvious implementation).
+
+A step is ``zero_grad -> forward -> backward -> AdamW step``. Times are medians over interleaved repetitions
+(task, sago, naive, task, ...), so that drift of a shared machine hits the three alike.
+
+Memory: on CUDA, ``torch.cuda.max_memory_allocated`` over one step. On CPU there is no allocator counter, and
+process RSS mixes in the allocator's caching and library pages, so the peak is measured the same way CUDA
+counts it: live tensor bytes, tracked by torch's ``MemTracker`` (a dispatch mode that sees every tensor
+allocation and free; parameters, gradients, optimizer state, activations, temporaries). "step" memory is
+the peak minus what lives across steps (parameters + optimizer state), i.e. what the step itself adds.
+
+Usage:
+    python benchmarks/bench_loss.py                       # hidden 128, 4 layers (~1M parameters)
+    python benchmarks/bench_loss.py --hidden 256 --layers 8 --device cuda --bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sago_train.functional import activation_dispersion, js_divergence  # noqa: E402
+from sago_train.loss import (  # noqa: E402
+    StabilityConfig,
+    StabilityLoss,
+    group_layout,
+    pool_hidden,
+    split_batch,
+    target_logprobs,
+)
+
+TARGETS = {"time": 1.10, "memory": 1.05}
+
+
+def build_model(hidden: int, layers: int, vocab: int, seed: int = 0) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=max(hidden // 64, 2),
+        num_key_value_heads=max(hidden // 64, 2),
+        vocab_size=vocab,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def make_batch(groups: int, k: int, prompt_len: int, target_len: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A batch in VariantGroupCollator's layout: K prompts of varied length per group, one shared target."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for gi in range(groups):
+        target = torch.randint(3, vocab, (target_len,), generator=g).tolist()
+        for _ in range(k):
+            plen = int(torch.randint(prompt_len // 2, prompt_len + 1, (1,), generator=g))
+            rows.append((torch.randint(3, vocab, (plen,), generator=g).tolist(), target, gi))
+    width = max(len(p) + len(t) for p, t, _ in rows)
+    n = len(rows)
+    batch = {
+        "input_ids": torch.zeros((n, width), dtype=torch.long),
+        "attention_mask": torch.zeros((n, width), dtype=torch.long),
+        "labels": torch.full((n, width), -100, dtype=torch.long),
+        "target_mask": torch.zeros((n, width), dtype=torch.bool),
+    }
+    for r, (p, t, _) in enumerate(rows):
+        batch["input_ids"][r, : len(p) + len(t)] = torch.tensor(p + t)
+        batch["attention_mask"][r, : len(p) + len(t)] = 1
+        batch["labels"][r, len(p) : len(p) + len(t)] = torch.tensor(t)
+        batch["target_mask"][r, len(p) : len(p) + len(t)] = True
+    batch["group_index"] = torch.tensor([gi for _, _, gi in rows])
+    batch["variant_index"] = torch.arange(k).repeat(groups)
+    batch["canonical_index"] = torch.zeros(n, dtype=torch.long)
+    batch["prompt_length"] = torch.tensor([len(p) for p, _, _ in rows])
+    batch["target_length"] = torch.tensor([len(t) for _, t, _ in rows])
+    return batch
+
+
+def loss_functions(model: torch.nn.Module, batch: dict[str, torch.Tensor], cfg: StabilityConfig) -> dict[str, Callable[[], torch.Tensor]]:
+    model_inputs, groups = split_batch(batch)
+    sago = StabilityLoss(cfg, model)
+
+    def task() -> torch.Tensor:
+        return model(**model_inputs).loss
+
+    def with_hooks() -> torch.Tensor:
+        out, terms = sago(model, batch)
+        return out.loss + terms.weighted(cfg.act_weight, cfg.conf_weight)
+
+    def naive() -> torch.Tensor:
+        out = model(**model_inputs, output_hidden_states=True)
+        layout = group_layout(groups, model_inputs["input_ids"])
+        # hidden_states[l + 1] is block l's output (the last entry is after the final norm in transformers,
+        # the same cost).
+        act = torch.stack(
+            [activation_dispersion(pool_hidden(out.hidden_states[layer + 1], layout, cfg.pooling)).mean() for layer in sago.layers]
+        ).mean()
+        lp, mask = target_logprobs(out.logits, layout)
+        w = mask.float()
+        conf = ((js_divergence(lp) * w).sum(-1) / w.sum(-1)).mean()
+        return out.loss + cfg.act_weight * act + cfg.conf_weight * conf
+
+    return {"task": task, "sago": with_hooks, "naive": naive}
+
+
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, fn: Callable[[], torch.Tensor], autocast: bool, device: str) -> None:
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
+        loss = fn()
+    loss.backward()
+    opt.step()
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure_time(model, opt, fns, *, reps: int, warmup: int, autocast: bool, device: str) -> dict[str, float]:
+    for _ in range(warmup):
+        for fn in fns.values():
+            _step(model, opt, fn, autocast, device)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            _step(model, opt, fn, autocast, device)
+            _sync(device)
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def _static_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    total += sum(b.numel() * b.element_size() for b in model.buffers())
+    for state in opt.state.values():
+        total += sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor))
+    return total
+
+
+def measure_memory(model, opt, fns, *, autocast: bool, device: str) -> dict[str, dict[str, int]]:
+    """Peak live tensor bytes over one step, per variant (after a warm-up step created the optimizer state)."""
+    out: dict[str, dict[str, int]] = {}
+    for name, fn in fns.items():
+        _step(model, opt, fn, autocast, device)  # optimizer state exists from here on
+        opt.zero_grad(set_to_none=True)
+        static = _static_bytes(model, opt)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            _step(model, opt, fn, autocast, device)
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            from torch.distributed._tools.mem_tracker import MemTracker
+
+            tracker = MemTracker()
+            tracker.track_external(model, opt)
+            with tracker:
+                _step(model, opt, fn, autocast, device)
+            peak = int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
+        opt.zero_grad(set_to_none=True)
+        out[name] = {"peak": peak, "step": peak - static}
+    return out
+
+
+def run_benchmark(
+    hidden: int = 128,
+    layers: int = 4,
+    vocab: int = 1024,
+    groups: int = 4,
+    k: int = 4,
+    prompt_len: int = 48,
+    target_len: int = 16,
+    reps: int = 15,
+    warmup: int = 2,
+    device: str = "cpu",
+    bf16: bool = False,
+    act_weight: float = 0.1,
+    conf_weight: float = 0.1,
+    memory: bool = True,
+) -> dict[str, Any]:
+    model = build_model(hidden, layers, vocab).to(device).train()
+    batch = {key: value.to(device) for key, value in make_batch(groups, k, prompt_len, target_len, vocab).items()}
+    cfg = StabilityConfig(act_weight=act_weight, conf_weight=conf_weight)
+    fns = loss_functions(model, batch, cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    times = measure_time(model, opt, fns, reps=reps, warmup=warmup, autocast=bf16, device=device)
+    mem = measure_memory(model, opt, fns, autocast=bf16, device=device) if memory else {}
+    params = sum(p.numel() for p in model.parameters())
+    return {
+        "setup": {
+            "device": device, "bf16_autocast": bf16, "hidden": hidden, "layers": layers, "vocab": vocab,
+            "parameters": params, "model_mb_fp32": params * 4 / 2**20, "groups": groups, "k": k,
+            "sequences": groups * k, "seq_len": int(batch["input_ids"].shape[1]), "target_len": target_len,
+            "stability_layers": StabilityLoss(cfg, model).layers, "threads": torch.get_num_threads(), "reps": reps,
+        },
+        "time_s": times,
+        "memory_bytes": mem,
+    }
+
+
+def report(result: dict[str, Any]) -> bool:
+    """Print the figures and ratios; return whether the targets are met."""
+    s, t, m = result["setup"], result["time_s"], result["memory_bytes"]
+    print(
+        f"model: Llama hidden={s['hidden']} layers={s['layers']} vocab={s['vocab']} "
+        f"({s['parameters'] / 1e6:.2f}M params, {s['model_mb_fp32']:.1f} MB fp32) on {s['device']}"
+        f"{' with bf16 autocast' if s['bf16_autocast'] else ''}, {s['threads']} thread(s)"
+    )
+    print(
+        f"batch: {s['groups']} groups x K={s['k']} = {s['sequences']} sequences of {s['seq_len']} tokens, "
+        f"target {s['target_len']} tokens; L_act at layers {s['stability_layers']}; median of {s['reps']} steps"
+    )
+    print(f"{'':8}{'step time':>12}{'vs task':>9}" + (f"{'peak MiB':>11}{'vs task':>9}{'step MiB':>11}{'vs task':>9}" if m else ""))
+    for name in ("task", "sago", "naive"):
+        line = f"{name:8}{t[name] * 1e3:10.1f}ms{t[name] / t['task']:8.3f}x"
+        if m:
+            peak, step = m[name]["peak"], m[name]["step"]
+            line += f"{peak / 2**20:11.2f}{peak / m['task']['peak']:8.3f}x{step / 2**20:11.2f}{step / m['task']['step']:8.3f}x"
+        print(line)
+    ok = t["sago"] / t["task"] <= TARGETS["time"]
+    print(f"time   sago/task = {t['sago'] / t['task']:.3f}x (target <= {TARGETS['time']:.2f}x)")
+    if m:
+        ratio = m["sago"]["peak"] / m["task"]["peak"]
+        ok = ok and ratio <= TARGETS["memory"]
+        saved = m["naive"]["peak"] - m["sago"]["peak"]
+        print(f"memory sago/task = {ratio:.3f}x peak (target <= {TARGETS['memory']:.2f}x); "
+              f"{m['sago']['step'] / m['task']['step']:.3f}x of the step's own memory")
+        print(f"memory saved vs naive output_hidden_states: {saved / 2**20:.2f} MiB "
+              f"({m['naive']['peak'] / m['sago']['peak']:.3f}x naive/sago peak)")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=1024)
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--prompt-len", type=int, default=48)
+    ap.add_argument("--target-len", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = run_benchmark(
+        hidden=args.hidden, layers=args.layers, vocab=args.vocab, groups=args.groups, k=args.k,
+        prompt_len=args.prompt_len, target_len=args.target_len, reps=args.reps, warmup=args.warmup,
+        device=args.device, bf16=args.bf16, memory=not args.no_memory,
+    )
+    ok = report(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    print("targets met" if ok else "targets NOT met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

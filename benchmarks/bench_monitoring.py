@@ -1,0 +1,113 @@
+"""Monitoring overhead: a short LoRA fine-tune of the shipped tiny model with and without SAGOCallback.
+
+    .venv/bin/python benchmarks/bench_monitoring.py [--steps 2000] [--repeats 2]
+
+The callback runs at its default settings: the Trainer has no eval dataset, so SAGO evaluates on the three
+bundled demo monitoring sets at its automatic cadence (a baseline, periodic evaluations within a 5% time
+budget, and a final one). Runs are interleaved (off, on, off, on, ...) and the medians compared, since only
+ratios measured side by side mean something on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_dataset(tok):
+    from datasets import Dataset
+
+    path = Path(__file__).resolve().parents[1] / "sago_train" / "assets" / "demo" / "train.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    ids, labels = [], []
+    for r in rows:
+        p = tok(r["prompt"])["input_ids"]
+        c = tok(r["completion"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids.append(p + c)
+        labels.append([-100] * len(p) + c)
+    return Dataset.from_dict({"input_ids": ids, "labels": labels})
+
+
+def collate(tok):
+    import torch
+
+    def fn(batch):
+        w = max(len(b["input_ids"]) for b in batch)
+        pad = tok.pad_token_id
+        return {
+            "input_ids": torch.tensor([b["input_ids"] + [pad] * (w - len(b["input_ids"])) for b in batch]),
+            "attention_mask": torch.tensor([[1] * len(b["input_ids"]) + [0] * (w - len(b["input_ids"])) for b in batch]),
+            "labels": torch.tensor([b["labels"] + [-100] * (w - len(b["labels"])) for b in batch]),
+        }
+
+    return fn
+
+
+def run(steps: int, monitor: bool, out: str) -> tuple[float, int]:
+    import peft
+    from transformers import Trainer, TrainingArguments
+
+    from sago_train import SAGOCallback
+    from sago_train.data import VariantSet
+    from sago_train.tiny_model import load_tiny_model
+
+    model, tok = load_tiny_model()
+    model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                                       lora_dropout=0.0))
+    demo = Path(__file__).resolve().parents[1] / "sago_train" / "assets" / "demo"
+    callbacks = []
+    if monitor:
+        sets = {n: VariantSet.from_jsonl(demo / f"{n}.jsonl", name=n) for n in ("paraphrase", "format", "typo")}
+        callbacks.append(SAGOCallback(sets))
+    args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
+                             logging_steps=50, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+                             seed=0, remove_unused_columns=False)
+    tr = Trainer(model=model, args=args, train_dataset=build_dataset(tok), data_collator=collate(tok),
+                 processing_class=tok, callbacks=callbacks)
+    t = time.perf_counter()
+    tr.train()
+    elapsed = time.perf_counter() - t
+    n_evals = 0
+    hist = Path(out) / "sago" / "history.jsonl"
+    if monitor and hist.exists():
+        n_evals = len(hist.read_text().splitlines())
+    return elapsed, n_evals
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    import torch
+
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    evals = []
+    with tempfile.TemporaryDirectory() as d:
+        run(5, True, f"{d}/warm")  # imports and lazy initialisation are not timed
+        for i in range(args.repeats):
+            times["off"].append(run(args.steps, False, f"{d}/off{i}")[0])
+            t, n = run(args.steps, True, f"{d}/on{i}")
+            times["on"].append(t)
+            evals.append(n)
+    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    print(f"LoRA fine-tune of the shipped tiny model: {args.steps} steps, batch 8, threads={torch.get_num_threads()}, "
+          f"repeats={args.repeats}")
+    print(f"  without SAGOCallback: median {off:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['off'])}")
+    print(f"  with SAGOCallback   : median {on:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['on'])}  "
+          f"evaluations per run: {evals}")
+    overhead = on / off - 1
+    print(f"monitoring overhead at default settings: {100 * overhead:.1f}% (target <= 5%) "
+          f"{'OK' if overhead <= 0.05 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
