@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from ..config import SAGOConfig, parse_int_list
@@ -96,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         model_path, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code, config=config
     )
     main = distributed.is_main_process()
-    console = Console(stderr=False)
+    # Tables are wide; outside a terminal (logs, CI) rich would wrap them at 80 columns.
+    console = Console(stderr=False, width=None if sys.stdout.isatty() else 110)
     if args.quiet or not main:
         result = evaluator.evaluate(sets)
     else:
