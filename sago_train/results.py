@@ -14,7 +14,6 @@ from .axes import correctness_summary
 from .io import atomic_write_json, atomic_write_jsonl, safe_child
 from .version import __version__
 
-
 _clean = stats.to_jsonable
 
 

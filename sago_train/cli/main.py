@@ -9,9 +9,14 @@ from collections.abc import Sequence
 
 from ..errors import SagoInputError
 from ..version import __version__
-from . import eval_cmd
+from . import compare_cmd, eval_cmd, report_cmd, variants_cmd
 
-COMMANDS = {"eval": eval_cmd}
+COMMANDS = {
+    "eval": eval_cmd,
+    "report": report_cmd,
+    "compare": compare_cmd,
+    "variants": variants_cmd,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -63,7 +63,8 @@ def anchor_activation_distance(vectors: torch.Tensor, canonical: int | torch.Ten
 def mean_pairwise_abs_diff(values: torch.Tensor) -> torch.Tensor:
     """Mean of ``|x_i - x_j|`` over distinct pairs along the last dim, in O(K log K).
 
-    Uses the sorted identity ``sum_{i<j} |x_i - x_j| = sum_r (2r - K + 1) x_(r)``.
+    Uses the sorted identity ``sum_{i<j} |x_i - x_j| = sum_r (2r - K + 1) x_(r)``. Computed in float32, or
+    float64 for float64 input.
 
     Example:
         >>> float(mean_pairwise_abs_diff(torch.tensor([0.0, 1.0, 0.5])))

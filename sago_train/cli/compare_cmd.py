@@ -1,0 +1,113 @@
+"""``sago-train compare``: rank models or checkpoints per set and find rank reversals between sets."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from ..errors import SagoInputError
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "compare",
+        help="rank models/checkpoints per set; Kendall's tau and rank reversals between sets",
+        description="Rank evaluations per variant set on each axis (lower instability = better; accuracy: "
+        "higher = better), with Kendall's tau between the sets' rankings and the pairs whose order flips from one "
+        "set to another. A directory is an evaluation directory ('sago-train eval --out') or a training run's "
+        "output_dir (its last evaluation); RUN_DIR@STEP picks the evaluation at that step, so checkpoints of one "
+        "run can be compared.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="at least 2 evaluation or run directories (RUN_DIR@STEP)")
+    p.add_argument("--axis", dest="axes", action="append", metavar="AXIS",
+                   help="axis to rank on (repeatable; also 'instability' or 'accuracy'); default: every recorded "
+                   "axis and instability")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="also write the result as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def _fmt(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    x = float(x)
+    return f"{x:.3f}" if x == 0 or abs(x) >= 0.01 else f"{x:.2e}"
+
+
+def print_comparison(result: dict[str, Any], console: Any) -> None:
+    """Rich tables: the entries, then per axis the scores with ranks, Kendall's tau and the flips."""
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    entries = Table(title="entries", title_justify="left")
+    for col in ("label", "kind", "step", "directory", "model"):
+        entries.add_column(col)
+    for e in result["entries"]:
+        entries.add_row(esc(e["label"]), e["kind"], "-" if e["step"] is None else str(e["step"]), esc(e["path"]),
+                        esc(e["model"] or "-"))
+    console.print(entries)
+    labels = [e["label"] for e in result["entries"]]
+    total_flips = 0
+    for axis, r in result["axes"].items():
+        sets = list(r["scores"])
+        direction = "higher = better" if r["higher_is_better"] else "lower = more stable"
+        what = "mean (rank)" if r["higher_is_better"] else "mean \\[95% CI] (rank)"
+        t = Table(title=f"{axis} ({direction}): {what}", title_justify="left")
+        t.add_column("")
+        for s in sets:
+            t.add_column(esc(s), justify="right")
+        for lab in labels:
+            cells = []
+            for s in sets:
+                sc = r["scores"][s].get(lab)
+                if sc is None:
+                    cells.append("-")
+                    continue
+                ci = f" \\[{_fmt(sc['ci_low'])}, {_fmt(sc['ci_high'])}]" if sc.get("ci_low") is not None else ""
+                rank = r["ranks"][s][lab]
+                cells.append(f"{_fmt(sc['mean'])}{ci} ([bold]#{rank}[/bold])")
+            t.add_row(esc(lab), *cells)
+        console.print(t)
+        if len(sets) >= 2:
+            tau = Table(title=f"{axis}: Kendall's tau between the sets' rankings", title_justify="left")
+            tau.add_column("")
+            for s in sets:
+                tau.add_column(esc(s), justify="right")
+            for s1 in sets:
+                tau.add_row(esc(s1), *(_fmt(r["tau"][s1].get(s2)) for s2 in sets))
+            console.print(tau)
+        total_flips += len(r["flips"])
+        for f in r["flips"]:
+            s1, s2 = f["sets"]
+            o1, o2 = f["order"][s1], f["order"][s2]
+            robust = {True: " (95% CIs separated on both sets)", False: " (CIs overlap: may be noise)",
+                      None: ""}[f["robust"]]
+            console.print(f"  [yellow]rank flip[/yellow] on {axis}: {esc(o1[0])} beats {esc(o1[1])} on "
+                          f"'{esc(s1)}', but {esc(o2[0])} beats {esc(o2[1])} on '{esc(s2)}'{robust}")
+    for note in result["notes"]:
+        console.print(f"note: {esc(note)}")
+    if total_flips:
+        console.print(f"[bold]{total_flips} rank flip(s)[/bold]: which entry is best depends on the variant set.")
+    elif len(result["sets"]) < 2:
+        console.print("[bold]one shared set only[/bold]: no rank reversal can be checked.")
+    else:
+        console.print("[bold]no rank reversal[/bold]: the sets order the entries the same way on every axis.")
+
+
+def run(args: argparse.Namespace) -> int:
+    if len(args.dirs) < 2:
+        raise SagoInputError(f"compare needs at least 2 directories, got {len(args.dirs)}")
+    from rich.console import Console
+
+    from ..compare import compare_evaluations, load_sources
+    from ..io import atomic_write_json
+
+    evals = load_sources(args.dirs, last_only=True)
+    result = compare_evaluations(evals, axes=args.axes)  # type: ignore[arg-type]
+    console = Console(highlight=False, soft_wrap=True)
+    print_comparison(result, console)
+    if args.json_out:
+        atomic_write_json(args.json_out, result)
+        console.print(f"wrote {args.json_out}")
+    return 0

@@ -1,0 +1,67 @@
+"""``sago-train report``: report.md and PNG plots over recorded runs or evaluation directories."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import SagoInputError
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "report",
+        help="plots and report.md over recorded runs or evaluations",
+        description="Write report.md with PNG plots from SAGO results: each axis over training steps with 95% CI "
+        "bands, per-group distributions and the axis-correlation heatmap at the last evaluation, a table of the "
+        "last evaluation per set and axis with accuracy, and - with several directories - the paired comparison "
+        "of each against the first (paired by group id). A directory is a training run's output_dir (with "
+        "sago/history.jsonl), its sago/ folder, or an evaluation directory from 'sago-train eval --out' "
+        "(summary.json; no over-steps plot). RUN_DIR@STEP reports the evaluation at that step.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="run or evaluation directories (the first is the "
+                   "reference of the paired comparison)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (default for one directory: RUN_DIR/sago/report, or DIR/report for an "
+                   "evaluation directory; required for several)")
+    p.set_defaults(func=run)
+    return p
+
+
+def default_out(source: Any) -> Path:
+    """Where a single directory's report goes when --out is not given: beside the results it reads."""
+    from ..compare import Run
+
+    if isinstance(source, Run):
+        return source.sago_dir / "report"
+    if source.kind == "run" and source.records_dir is not None:  # RUN_DIR@STEP
+        return source.records_dir.parent / f"report-step-{source.step}"
+    return Path(source.path) / "report"
+
+
+def run(args: argparse.Namespace) -> int:
+    if len(args.dirs) > 1 and args.out is None:
+        raise SagoInputError("--out DIR is required when reporting on several directories")
+    from rich.console import Console
+    from rich.markup import escape as esc
+
+    from ..compare import load_sources
+    from ..report import write_report
+
+    sources = load_sources(args.dirs)
+    out = Path(args.out) if args.out is not None else default_out(sources[0])
+    result = write_report(sources, out)
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"wrote {esc(str(result.markdown))} and {len(result.plots)} plot(s):")
+    for png in result.plots:
+        console.print(f"  {esc(str(png))}")
+    for note in result.notes:
+        console.print(f"  note: {esc(note)}")
+    significant = [r for r in result.comparisons if r.get("n") and r["verdict"].endswith("stable")]
+    for r in significant:
+        console.print(f"  {esc(r['set'])}/{r['axis']}: {esc(r['verdict'])} than {esc(r['reference'])} "
+                      f"(difference {r['mean_diff']:+.3g})")
+    if result.comparisons and not significant:
+        console.print(f"  no significant stability difference from {esc(sources[0].label)}")
+    return 0

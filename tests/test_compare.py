@@ -1,0 +1,148 @@
+"""`sago-train compare`: rankings per set, Kendall's tau, planted rank flips; RUN_DIR@STEP; labels; errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sago_train.cli.main import main
+from sago_train.compare import compare_evaluations, load_evaluation, load_sources, parse_spec
+
+from .test_report import axis_values, run_cli, write_eval_dir, write_run_dir
+
+
+def _const(n: int, **axes: float) -> dict[str, list[float]]:
+    """Per-group values equal to a constant per axis (CIs collapse onto the mean)."""
+    return {a: [v] * n for a, v in axes.items()}
+
+
+def _model(tmp_path: Path, name: str, x: float, y: float, acc: float = 0.5) -> Path:
+    return write_eval_dir(tmp_path / name, {"setX": _const(6, activation=x, generation=0.5),
+                                            "setY": _const(6, activation=y, generation=0.5)}, accuracy=acc)
+
+
+def test_compare_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "RUN_DIR@STEP" in out and "--axis" in out and "--json" in out
+
+
+def test_planted_rank_flip_is_found(tmp_path, capsys):
+    # A is the most stable model on setX and the least stable on setY; B and C keep their order.
+    a = _model(tmp_path, "A", x=0.1, y=0.9)
+    b = _model(tmp_path, "B", x=0.3, y=0.2)
+    c = _model(tmp_path, "C", x=0.5, y=0.4)
+    out_json = tmp_path / "cmp.json"
+    code, out, err = run_cli(["compare", str(a), str(b), str(c), "--json", str(out_json)], capsys)
+    assert code == 0, err
+    result = json.loads(out_json.read_text())
+    act = result["axes"]["activation"]
+    assert act["rankings"] == {"setX": ["A", "B", "C"], "setY": ["B", "C", "A"]}
+    assert act["ranks"]["setY"] == {"A": 3, "B": 1, "C": 2}
+    pairs = {tuple(f["models"]) for f in act["flips"]}
+    assert pairs == {("A", "B"), ("A", "C")}
+    flip = next(f for f in act["flips"] if f["models"] == ["A", "B"])
+    assert flip["order"] == {"setX": ["A", "B"], "setY": ["B", "A"]}
+    assert flip["robust"] is True  # constant values: the CIs are points, far apart
+    assert act["tau"]["setX"]["setY"] == pytest.approx(-1 / 3)
+    # Generation is tied everywhere: ties are not flips.
+    assert result["axes"]["generation"]["flips"] == []
+    assert "rank flip on activation: A beats B on 'setX', but B beats A on 'setY'" in out
+    total = sum(len(r["flips"]) for r in result["axes"].values())
+    assert total == 4  # activation and the instability scalar (mean of the axes) both flip
+    assert f"{total} rank flip(s)" in out
+    assert [e["label"] for e in result["entries"]] == ["A", "B", "C"]
+
+
+def test_no_flip_when_the_orders_agree(tmp_path, capsys):
+    a = _model(tmp_path, "A", x=0.1, y=0.2)
+    b = _model(tmp_path, "B", x=0.3, y=0.4)
+    c = _model(tmp_path, "C", x=0.5, y=0.6)
+    code, out, err = run_cli(["compare", str(a), str(b), str(c), "--axis", "activation"], capsys)
+    assert code == 0, err
+    assert "no rank reversal" in out and "rank flip" not in out
+    result = compare_evaluations(load_sources([a, b, c], last_only=True), axes=["activation"])
+    assert list(result["axes"]) == ["activation"]
+    assert result["axes"]["activation"]["flips"] == []
+    assert result["axes"]["activation"]["tau"]["setX"]["setY"] == pytest.approx(1.0)
+
+
+def test_accuracy_ranks_higher_first(tmp_path):
+    a = _model(tmp_path, "A", x=0.1, y=0.2, acc=0.9)
+    b = _model(tmp_path, "B", x=0.3, y=0.4, acc=0.4)
+    result = compare_evaluations(load_sources([a, b], last_only=True), axes=["accuracy"])
+    acc = result["axes"]["accuracy"]
+    assert acc["higher_is_better"] is True and acc["rankings"]["setX"] == ["A", "B"]
+    assert acc["flips"] == [] and acc["scores"]["setX"]["A"]["ci_low"] is None
+
+
+def test_checkpoints_of_one_run_with_at_step(tmp_path, capsys):
+    run = write_run_dir(tmp_path / "run", {
+        0: {"p": _const(5, activation=0.5), "q": _const(5, activation=0.5)},
+        2: {"p": _const(5, activation=0.2), "q": _const(5, activation=0.7)},
+        4: {"p": _const(5, activation=0.3), "q": _const(5, activation=0.4)},
+    })
+    assert parse_spec(f"{run}@2") == (run, 2)
+    out_json = tmp_path / "c.json"
+    code, out, err = run_cli(["compare", f"{run}@2", f"{run}@4", str(run / "sago"), "--json", str(out_json)],
+                             capsys)
+    assert code == 0, err
+    result = json.loads(out_json.read_text())
+    labels = [e["label"] for e in result["entries"]]
+    # The plain run dir (given as its sago/ folder) is its last evaluation, step 4, labelled by the run's name.
+    assert labels == ["run@2", "run@4", "run"]
+    assert [e["step"] for e in result["entries"]] == [2, 4, 4]
+    flips = result["axes"]["activation"]["flips"]
+    assert {tuple(f["models"]) for f in flips} == {("run@2", "run@4"), ("run", "run@2")}
+
+    code, _, err = run_cli(["compare", f"{run}@3", str(run)], capsys)
+    assert code == 2 and "no evaluation at step 3" in err and "0, 2, 4" in err
+
+
+def test_duplicate_labels_are_disambiguated(tmp_path):
+    a = write_eval_dir(tmp_path / "x" / "model", {"s": axis_values(0)})
+    b = write_eval_dir(tmp_path / "y" / "model", {"s": axis_values(1)})
+    labels = [e.label for e in load_sources([a, b, a], last_only=True)]
+    assert labels == ["x/model", "y/model", "x/model#2"]
+    run = write_run_dir(tmp_path / "z" / "model", {1: {"s": axis_values(0)}, 3: {"s": axis_values(2)}})
+    labels = [e.label for e in load_sources([a, f"{run}@1", b], last_only=True)]
+    assert labels == ["x/model", "model@1", "y/model"]
+
+
+def test_mixed_eval_and_run_dirs_and_different_group_counts(tmp_path, capsys):
+    ev = write_eval_dir(tmp_path / "ev", {"s": axis_values(0, n=8), "t": axis_values(1, n=8)})
+    run = write_run_dir(tmp_path / "run", {5: {"s": axis_values(2, n=12), "u": axis_values(3)}})
+    code, out, err = run_cli(["compare", str(ev), str(run)], capsys)
+    assert code == 0, err
+    result = compare_evaluations(load_sources([ev, run], last_only=True))
+    assert result["sets"] == ["s"]  # sets evaluated by only one entry are left out, with a note
+    assert any("set 't'" in n for n in result["notes"])
+    assert any("different numbers of groups" in n for n in result["notes"])
+    assert "one shared set only" in out
+    assert list(result["axes"]) == ["activation", "confidence", "generation", "mirroring", "instability"]
+    assert load_evaluation(run).step == 5
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["one"], "at least 2 directories"),
+        (["A", "B", "--axis", "activaton"], "unknown axis 'activaton'. Did you mean 'activation'?"),
+        (["A", "nope"], "directory not found"),
+        (["A", "A@3"], "has no steps to pick with @3"),
+        (["A", "other"], "share no variant set"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, expected):
+    _model(tmp_path, "A", x=0.1, y=0.2)
+    _model(tmp_path, "B", x=0.1, y=0.2)
+    write_eval_dir(tmp_path / "other", {"elsewhere": axis_values(0)})
+    argv = ["compare", *[str(tmp_path / a) if not a.startswith("-") and a != "activaton" else a for a in args]]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert expected in err

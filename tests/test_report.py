@@ -1,0 +1,284 @@
+"""`sago-train report`: PNG plots and report.md from recorded runs and eval dirs; located errors for bad dirs.
+
+Most fixtures are synthetic files in the exact formats the callback and `sago-train eval --out` write (fast, no
+torch); one test records a real, tiny training run so a format drift between the callback and the report shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sago_train import stats
+from sago_train.cli.main import main
+
+AXES = ("activation", "confidence", "generation", "mirroring")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Synthetic result directories (also used by test_compare)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _records(values: dict[str, list[float]], correct: bool | None = None) -> list[dict]:
+    n = len(next(iter(values.values())))
+    out = []
+    for i in range(n):
+        axes = {a: v[i] for a, v in values.items()}
+        out.append({"id": f"g{i}", "variants": [f"v{i} a", f"v{i} b"], "kinds": ["canonical", "other"],
+                    "outputs": ["x", "y"], "reference": " r", "scored_reference": " r", "axes": axes,
+                    "instability": float(np.mean(list(axes.values()))),
+                    "per_variant": {a: [x, x] for a, x in axes.items()}, "logprobs": [-1.0, -1.2],
+                    "correct": None if correct is None else [correct, correct], "extra": {}})
+    return out
+
+
+def _set_summary(values: dict[str, list[float]]) -> dict:
+    entry = {a: stats.bootstrap_ci(v, n_resamples=200).to_dict() for a, v in values.items()}
+    entry["instability"] = stats.bootstrap_ci(np.mean([v for v in values.values()], axis=0),
+                                              n_resamples=200).to_dict()
+    return entry
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def write_eval_dir(path: Path, sets: dict[str, dict[str, list[float]]], *, model: str = "m",
+                   accuracy: float | None = 0.5, records: bool = True) -> Path:
+    """An eval dir as `sago-train eval --out` writes it: summary.json + one <set>.jsonl per set."""
+    summary_sets = {}
+    for name, values in sets.items():
+        entry = _set_summary(values)
+        n = len(next(iter(values.values())))
+        summary_sets[name] = {
+            "n_groups": n, "skipped": {}, "axes": {a: entry[a] for a in values}, "instability": entry["instability"],
+            "correctness": {} if accuracy is None else {"n": n, "accuracy": accuracy},
+            "kinds": {}, "axis_correlation": {},
+        }
+        if records:
+            _write_jsonl(path / f"{name}.jsonl", _records(values))
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "summary.json").write_text(json.dumps({"sago_train_version": "0", "model": model, "config": {},
+                                                   "sets": summary_sets, "instability": {},
+                                                   "axis_correlation": {}}))
+    return path
+
+
+def write_run_dir(path: Path, steps: dict[int, dict[str, dict[str, list[float]]]],
+                  accuracy: float = 0.25) -> Path:
+    """A run dir as SAGOCallback writes it: sago/history.jsonl + sago/step-<step>/<set>.jsonl."""
+    lines = []
+    for step, sets in sorted(steps.items()):
+        lines.append({"step": step, "epoch": step / 10, "sets": {s: _set_summary(v) for s, v in sets.items()},
+                      "baseline": step == min(steps), "compare": {},
+                      "correctness": {s: {"n": len(next(iter(v.values()))), "accuracy": accuracy}
+                                      for s, v in sets.items()},
+                      "runtime_s": 0.1})
+        for s, values in sets.items():
+            _write_jsonl(path / "sago" / f"step-{step}" / f"{s}.jsonl", _records(values))
+    _write_jsonl(path / "sago" / "history.jsonl", lines)
+    return path
+
+
+def axis_values(seed: int, n: int = 12, shift: float = 0.0) -> dict[str, list[float]]:
+    """Per-group values of the four axes (mirroring constant 0, as on a tiny model)."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.1, 0.6, size=n)
+    return {
+        "activation": list(np.clip(base + shift, 0, 1)),
+        "confidence": list(rng.uniform(0.0, 0.3, size=n)),
+        "generation": list(np.clip(base + rng.normal(0, 0.1, n), 0, 1)),
+        "mirroring": [0.0] * n,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def assert_png(path: Path) -> None:
+    assert path.is_file(), path
+    data = path.read_bytes()
+    assert len(data) > 1000 and data.startswith(PNG_SIGNATURE), path
+
+
+def assert_report(out: Path, expected_pngs: list[str]) -> str:
+    md = (out / "report.md").read_text()
+    for name in expected_pngs:
+        assert_png(out / name)
+        assert f"]({name})" in md, name  # embedded by a relative path
+    # Every image the report references exists.
+    for ref in [line.split("](")[1].rstrip(")") for line in md.splitlines() if line.startswith("![")]:
+        assert (out / ref).is_file(), ref
+    return md
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_report_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "RUN_DIR" in out and "--out" in out
+
+
+@pytest.mark.slow
+def test_report_from_a_recorded_training_run(tmp_path, capsys):
+    from sago_train.callback import SAGOCallback
+
+    from ._trainer import make_trainer, variant_set
+
+    run = tmp_path / "run"
+    make_trainer(run, callbacks=[SAGOCallback(variant_set(), eval_steps=2, max_new_tokens=3)], max_steps=4).train()
+    code, out, err = run_cli(["report", str(run)], capsys)
+    assert code == 0, err
+    report = run / "sago" / "report"
+    md = assert_report(report, ["steps_num.png", "groups_num.png", "axis_correlation.png"])
+    assert "### set `num`" in md
+    assert "| run | 4 |" in md  # the last evaluation is at the last step
+    assert "Change since the baseline" in md  # the callback's own paired test against the baseline
+    assert "report.md" in out
+
+
+def test_report_from_an_eval_dir(tmp_path, capsys):
+    ev = write_eval_dir(tmp_path / "ev", {"para": axis_values(0), "typo": axis_values(1)})
+    code, out, err = run_cli(["report", str(ev)], capsys)
+    assert code == 0, err
+    report = ev / "report"
+    md = assert_report(report, ["groups_para.png", "groups_typo.png", "axis_correlation.png"])
+    assert not list(report.glob("steps_*.png"))  # no history: no over-steps plot
+    assert "no over-steps plot" in md
+    assert "Paired comparison" not in md
+    # The last-evaluation table: mean [CI] per axis, accuracy.
+    row = next(line for line in md.splitlines() if line.startswith("| ev | - |"))
+    s = json.loads((ev / "summary.json").read_text())["sets"]["para"]["axes"]["activation"]
+    assert f"{s['mean']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]" in md
+    assert "0.500" in row
+
+
+def test_two_runs_give_the_paired_comparison(tmp_path, capsys):
+    # runB is planted clearly less stable on activation at its last evaluation; other axes are identical.
+    a = write_run_dir(tmp_path / "runA", {0: {"num": axis_values(0)}, 5: {"num": axis_values(1)}})
+    b = write_run_dir(tmp_path / "runB", {0: {"num": axis_values(0)}, 5: {"num": axis_values(1, shift=0.3)}})
+    out_dir = tmp_path / "rep"
+    code, out, err = run_cli(["report", str(a), str(b), "--out", str(out_dir)], capsys)
+    assert code == 0, err
+    md = assert_report(out_dir, ["steps_num.png", "groups_num.png", "axis_correlation.png"])
+    assert "## Paired comparison against `runA`" in md
+    rows = {line.split(" | ")[2]: line for line in md.splitlines() if line.startswith("| runB | num |")}
+    assert "runB less stable" in rows["activation"]
+    assert "no significant difference" in rows["confidence"]
+    assert "| 12 |" in rows["activation"]  # paired over the 12 shared groups
+    assert "set `num`, activation: runB less stable than `runA`" in md
+    assert "runB less stable" in out
+
+
+def test_paired_comparison_pairs_by_group_id(tmp_path):
+    from sago_train.compare import load_evaluation
+    from sago_train.report import paired_against_first
+
+    values = axis_values(3)
+    a = write_eval_dir(tmp_path / "a", {"s": values})
+    b = write_eval_dir(tmp_path / "b", {"s": values})
+    # Same groups in another order and one group fewer: pairing by id still finds no difference.
+    recs = [json.loads(x) for x in (b / "s.jsonl").read_text().splitlines()]
+    _write_jsonl(b / "s.jsonl", list(reversed(recs))[1:])
+    rows = paired_against_first([load_evaluation(a), load_evaluation(b)])
+    act = next(r for r in rows if r["axis"] == "activation")
+    assert act["n"] == 11 and act["mean_diff"] == 0 and act["verdict"] == "no significant difference"
+
+
+def test_several_dirs_need_out(tmp_path, capsys):
+    a = write_eval_dir(tmp_path / "a", {"s": axis_values(0)})
+    code, _, err = run_cli(["report", str(a), str(a)], capsys)
+    assert code == 2 and "--out" in err and len(err.strip().splitlines()) == 1
+
+
+def _corrupt_history(tmp_path: Path) -> tuple[Path, str]:
+    run = write_run_dir(tmp_path / "run", {0: {"s": axis_values(0)}, 2: {"s": axis_values(1)}})
+    lines = (run / "sago" / "history.jsonl").read_text().splitlines()
+    (run / "sago" / "history.jsonl").write_text(lines[0] + "\n" + lines[1][:40] + "\n")
+    return run, "history.jsonl:2: malformed JSON"
+
+
+def _corrupt_records(tmp_path: Path) -> tuple[Path, str]:
+    ev = write_eval_dir(tmp_path / "ev", {"s": axis_values(0)})
+    lines = (ev / "s.jsonl").read_text().splitlines()
+    lines[2] = json.dumps({"id": "g2", "axes": {"activation": "high"}})
+    (ev / "s.jsonl").write_text("\n".join(lines) + "\n")
+    return ev, "s.jsonl:3: field 'axes.activation': expected a number or null"
+
+
+def _corrupt_summary(tmp_path: Path) -> tuple[Path, str]:
+    ev = write_eval_dir(tmp_path / "ev", {"s": axis_values(0)})
+    (ev / "summary.json").write_text('{"sets": {"s": \n  {"axes": nope}}}')
+    return ev, "summary.json:2: malformed JSON"
+
+
+def _history_without_step(tmp_path: Path) -> tuple[Path, str]:
+    run = tmp_path / "run"
+    _write_jsonl(run / "sago" / "history.jsonl", [{"sets": {"s": {}}}])
+    return run, "history.jsonl:1: field 'step': expected an integer step"
+
+
+def _neither(tmp_path: Path) -> tuple[Path, str]:
+    (tmp_path / "empty").mkdir()
+    return tmp_path / "empty", "holds no SAGO results: expected summary.json"
+
+
+def _missing(tmp_path: Path) -> tuple[Path, str]:
+    return tmp_path / "nope", "directory not found"
+
+
+@pytest.mark.parametrize(
+    "make", [_corrupt_history, _corrupt_records, _corrupt_summary, _history_without_step, _neither, _missing]
+)
+def test_bad_directories_give_one_line_errors(tmp_path, capsys, make):
+    path, expected = make(tmp_path)
+    code, _, err = run_cli(["report", str(path), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert expected in err
+
+
+def test_missing_records_are_noted_not_fatal(tmp_path, capsys):
+    run = write_run_dir(tmp_path / "run", {0: {"s": axis_values(0)}, 2: {"s": axis_values(1)}})
+    (run / "sago" / "step-2" / "s.jsonl").unlink()
+    code, _, err = run_cli(["report", str(run)], capsys)
+    assert code == 0, err
+    md = assert_report(run / "sago" / "report", ["steps_s.png"])
+    assert "Per-group records missing" in md and "`run/s`" in md
+    assert not (run / "sago" / "report" / "groups_s.png").exists()
+
+
+def test_nan_values_and_missing_ci_are_handled(tmp_path, capsys):
+    # An axis undefined for some groups (NaN written as null) and a summary with null CI bounds.
+    values = axis_values(0, n=6)
+    values["confidence"] = [math.nan, 0.1, 0.2, math.nan, 0.3, 0.1]
+    ev = write_eval_dir(tmp_path / "ev", {"s": values}, accuracy=None)
+    recs = [json.loads(x.replace("NaN", "null")) for x in (ev / "s.jsonl").read_text().splitlines()]
+    _write_jsonl(ev / "s.jsonl", recs)
+    summary = json.loads((ev / "summary.json").read_text().replace("NaN", "null"))
+    summary["sets"]["s"]["axes"]["mirroring"] = {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
+    (ev / "summary.json").write_text(json.dumps(summary))
+    code, _, err = run_cli(["report", str(ev)], capsys)
+    assert code == 0, err
+    assert_report(ev / "report", ["groups_s.png", "axis_correlation.png"])
