@@ -21,13 +21,23 @@ from .version import __version__  # noqa: F401 - re-exported
 _IMPORT_STRUCTURE: dict[str, list[str]] = {
     "axes": ["AXES", "DEFAULT_AXES", "AxisValue", "GroupInputs", "register_axis"],
     "callback": ["SAGOCallback"],
+    "collator": ["VariantGroupCollator"],
     "config": ["SAGOConfig"],
     "data": ["VariantGroup", "VariantSet", "build_variant_set", "bundled_sets", "make_generator", "resolve_sets"],
     "early_stopping": ["SAGOEarlyStoppingCallback"],
     "errors": ["SagoInputError"],
     "evaluator": ["SAGOEvaluator"],
-    "functional": ["activation_dispersion", "anchor_activation_distance", "mean_pairwise_abs_diff"],
+    "functional": [
+        "activation_dispersion",
+        "anchor_activation_distance",
+        "anchor_kl",
+        "js_divergence",
+        "mean_pairwise_abs_diff",
+    ],
+    "loss": ["StabilityConfig", "StabilityLoss"],
+    "recipe": ["Recipe", "load_recipe"],
     "results": ["EvalResult", "GroupResult", "SetResult"],
+    "stability_trainer": ["StabilityTrainer", "StabilitySFTTrainer"],
     "stats": ["axis_correlation", "bootstrap_ci", "kind_effect", "paired_comparison", "rank_reversal"],
     "tiny_model": ["tiny_model_path", "load_tiny_model"],
 }
@@ -52,6 +62,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .axes import AXES, DEFAULT_AXES, AxisValue, GroupInputs, register_axis  # noqa: F401
     from .callback import SAGOCallback  # noqa: F401
+    from .collator import VariantGroupCollator  # noqa: F401
     from .config import SAGOConfig  # noqa: F401
     from .data import (  # noqa: F401
         VariantGroup,
@@ -64,7 +75,16 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
     from .errors import SagoInputError  # noqa: F401
     from .evaluator import SAGOEvaluator  # noqa: F401
-    from .functional import activation_dispersion, anchor_activation_distance, mean_pairwise_abs_diff  # noqa: F401
+    from .functional import (  # noqa: F401
+        activation_dispersion,
+        anchor_activation_distance,
+        anchor_kl,
+        js_divergence,
+        mean_pairwise_abs_diff,
+    )
+    from .loss import StabilityConfig, StabilityLoss  # noqa: F401
+    from .recipe import Recipe, load_recipe  # noqa: F401
     from .results import EvalResult, GroupResult, SetResult  # noqa: F401
+    from .stability_trainer import StabilitySFTTrainer, StabilityTrainer  # noqa: F401
     from .stats import axis_correlation, bootstrap_ci, kind_effect, paired_comparison, rank_reversal  # noqa: F401
     from .tiny_model import load_tiny_model, tiny_model_path  # noqa: F401

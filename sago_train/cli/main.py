@@ -9,10 +9,11 @@ from collections.abc import Sequence
 
 from ..errors import SagoInputError
 from ..version import __version__
-from . import compare_cmd, eval_cmd, report_cmd, variants_cmd
+from . import compare_cmd, eval_cmd, report_cmd, run_cmd, variants_cmd
 
 COMMANDS = {
     "eval": eval_cmd,
+    "run": run_cmd,
     "report": report_cmd,
     "compare": compare_cmd,
     "variants": variants_cmd,
@@ -35,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
     try:
         return int(args.func(args) or 0)
     except SagoInputError as err:

@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError, did_you_mean, unknown_name_error
-from .groups import VariantGroup, VariantSet, type_name, read_jsonl, validate_set_name
+from .groups import VariantGroup, VariantSet, read_jsonl, type_name, validate_set_name
 
 __all__ = [
     "CANONICAL_KIND",

@@ -6,10 +6,13 @@ from .dispersion import (
     mean_pairwise_abs_diff,
     per_variant_cosine_distance,
 )
+from .divergence import anchor_kl, js_divergence
 
 __all__ = [
     "activation_dispersion",
     "anchor_activation_distance",
+    "anchor_kl",
+    "js_divergence",
     "mean_pairwise_abs_diff",
     "per_variant_cosine_distance",
 ]

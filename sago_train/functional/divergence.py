@@ -1,0 +1,183 @@
+"""Divergences between K next-token distributions: the confidence term of the stability loss.
+
+Both functions take log-probabilities (``log_softmax`` outputs) of shape ``[..., K, V]`` and reduce over
+the K variants and the vocabulary. They compute in float32 (float64 when given float64, so that the
+gradient can be checked by finite differences), whatever autocast does, and stay finite for peaked,
+identical and ``-inf``-containing distributions, in the value and in the gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Log-probabilities are floored here before use. ``exp(-1e4)`` is exactly 0 in float32 and float64, so for
+# any finite input the floor changes nothing but the handling of ``-inf`` (and of masses too small to be
+# represented): with it, ``logsumexp`` over a column that is ``-inf`` for every variant stays finite, and so
+# does its gradient, where ``-inf - (-inf)`` would otherwise give NaN.
+LOGPROB_FLOOR = -1.0e4
+
+
+def _prepare(logprobs: torch.Tensor, floor: float) -> torch.Tensor:
+    if logprobs.dim() < 2:
+        raise ValueError(f"expected log-probabilities of shape [..., K, V], got shape {tuple(logprobs.shape)}")
+    k = logprobs.shape[-2]
+    if k < 2:
+        raise ValueError(f"need at least 2 distributions along dim -2, got K={k}")
+    dtype = torch.float64 if logprobs.dtype == torch.float64 else torch.float32
+    return logprobs.to(dtype).clamp_min(floor)
+
+
+def _canonical_index(canonical: int | torch.Tensor, batch_shape: torch.Size, k: int, device: torch.device) -> torch.Tensor:
+    if isinstance(canonical, int):
+        if not -k <= canonical < k:
+            raise ValueError(f"canonical index {canonical} is out of range for K={k}")
+        return torch.full(batch_shape, canonical % k, dtype=torch.long, device=device)
+    idx = canonical.to(device=device, dtype=torch.long)
+    return idx.expand(batch_shape) if idx.dim() == 0 else idx
+
+
+def js_divergence(logprobs: torch.Tensor, floor: float = LOGPROB_FLOOR) -> torch.Tensor:
+    """Generalized Jensen-Shannon divergence of K distributions with equal weights, in nats.
+
+    ``logprobs`` ``[..., K, V]`` -> ``[...]``. With ``M = mean_k P_k``, the value is
+    ``mean_k KL(P_k || M) = H(M) - mean_k H(P_k)``, which lies in ``[0, log K]``. Computed as the KL form
+    with ``p log p`` taken as 0 where ``p = 0``, so ``-inf`` entries (masked tokens) contribute nothing.
+
+    Example:
+        >>> import math
+        >>> lp = torch.log(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))  # two disjoint one-hot distributions
+        >>> round(float(js_divergence(lp)), 6) == round(math.log(2), 6)
+        True
+        >>> float(js_divergence(torch.log_softmax(torch.zeros(3, 5), -1)))  # identical distributions
+        0.0
+    """
+    lp = _prepare(logprobs, floor)
+    k = lp.shape[-2]
+    log_m = torch.logsumexp(lp, dim=-2, keepdim=True) - math.log(k)
+    p = lp.exp()
+    # ``where`` rather than multiplying by p alone: it makes the contribution (and its gradient) of a zero
+    # probability exactly 0 instead of 0 * (a huge finite difference).
+    kl = torch.where(p > 0, p * (lp - log_m), torch.zeros_like(p)).sum(-1)  # [..., K]
+    return kl.mean(-1)
+
+
+def anchor_kl(logprobs: torch.Tensor, canonical: int | torch.Tensor = 0, floor: float = LOGPROB_FLOOR) -> torch.Tensor:
+    """Mean over the non-canonical variants k of ``KL(stop_grad(P_canonical) || P_k)``, in nats.
+
+    ``logprobs`` ``[..., K, V]`` -> ``[...]``. ``canonical`` is an index along K: an int, or a tensor of shape
+    ``[...]`` with one index per distribution set. The canonical distribution is detached, so the gradient
+    only moves the other variants towards it (the canonical phrasing is a fixed target). Where ``P_k`` is
+    ``-inf`` but the canonical side has mass, the log-probability is read as the floor (-1e4 nats), which
+    keeps the value finite instead of infinite.
+
+    Example:
+        >>> lp = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.9, 0.1]]))
+        >>> round(float(anchor_kl(lp, canonical=0)), 4)  # (0 + KL([.5,.5] || [.9,.1])) / 2
+        0.2554
+    """
+    lp = _prepare(logprobs, floor)
+    k = lp.shape[-2]
+    idx = _canonical_index(canonical, lp.shape[:-2], k, lp.device)
+    anchor = torch.gather(lp, -2, idx[..., None, None].expand(*lp.shape[:-2], 1, lp.shape[-1])).detach()
+    p_anchor = anchor.exp()
+    kl = torch.where(p_anchor > 0, p_anchor * (anchor - lp), torch.zeros_like(lp)).sum(-1)  # [..., K]
+    # The canonical row's own term is 0 in value but not in gradient (it would pull P_canonical through the
+    # non-detached side), so it is excluded rather than summed.
+    is_canonical = torch.arange(k, device=lp.device) == idx[..., None]
+    kl = torch.where(is_canonical, torch.zeros_like(kl), kl)
+    return kl.sum(-1) / (k - 1)
+
+
+# Rows of ``[K, V]`` processed at once by the fused functions: at most 1/8 of the input and at most 64 MiB of
+# float32 per temporary, so that the float32 intermediates never add more than a fraction of the input.
+_CHUNK_BYTES = 64 * 2**20
+_CHUNK_PARTS = 8
+
+
+def _chunks(rows: int, k: int, v: int) -> list[tuple[int, int]]:
+    per = max(1, min(math.ceil(rows / _CHUNK_PARTS), _CHUNK_BYTES // max(k * v * 4, 1)))
+    return [(i, min(i + per, rows)) for i in range(0, rows, per)]
+
+
+class _FusedDivergence(torch.autograd.Function):
+    """``js_divergence`` / ``anchor_kl`` of ``log_softmax(logits)``, saving only the logits.
+
+    The autograd version keeps about six float32 copies of ``[..., K, V]`` alive until backward; this one
+    computes in chunks and recomputes in backward, with the closed-form gradients
+    ``dJS/dl_k = p_k (l_k - log m) / K`` and ``dKL_k/dl_k = -p_c / (K-1)`` (k != c), taken through the
+    log-softmax as ``g_z = g_l - softmax(z) * sum_v g_l``.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, canonical: torch.Tensor | None, floor: float) -> torch.Tensor:  # type: ignore[override]
+        k, v = logits.shape[-2:]
+        flat = logits.reshape(-1, k, v)
+        canon = None if canonical is None else canonical.reshape(-1)
+        out = torch.empty(flat.shape[0], dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32,
+                          device=logits.device)
+        with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
+            for a, b in _chunks(flat.shape[0], k, v):
+                z = _upcast(flat[a:b])
+                lp = torch.log_softmax(z, -1)
+                out[a:b] = js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon[a:b], floor)
+        ctx.save_for_backward(logits, canonical)
+        ctx.floor = floor
+        return out.reshape(logits.shape[:-2])
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
+        logits, canonical = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        k, v = logits.shape[-2:]
+        flat = logits.reshape(-1, k, v)
+        canon = None if canonical is None else canonical.reshape(-1)
+        g_out = grad_out.reshape(-1)
+        grad = torch.empty_like(flat)
+        with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
+            for a, b in _chunks(flat.shape[0], k, v):
+                lp_raw = torch.log_softmax(_upcast(flat[a:b]), -1)
+                lp = lp_raw.clamp_min(ctx.floor)
+                alive = lp_raw >= ctx.floor  # the floor (clamp) passes no gradient below it
+                p = lp.exp()
+                if canon is None:
+                    log_m = torch.logsumexp(lp, dim=-2, keepdim=True) - math.log(k)
+                    g_l = torch.where(p > 0, p * (lp - log_m), torch.zeros_like(p)) / k
+                else:
+                    idx = canon[a:b].to(torch.long)
+                    p_c = p.gather(1, idx[:, None, None].expand(-1, 1, v))  # [rows, 1, V]
+                    g_l = (-p_c / (k - 1)).expand_as(p).clone()
+                    g_l[torch.arange(b - a, device=p.device), idx] = 0.0
+                g_l = torch.where(alive, g_l, torch.zeros_like(g_l))
+                g_z = g_l - lp_raw.exp() * g_l.sum(-1, keepdim=True)
+                grad[a:b] = (g_z * g_out[a:b, None, None].to(g_z.dtype)).to(grad.dtype)
+        return grad.reshape(logits.shape), None, None
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def divergence_from_logits(
+    logits: torch.Tensor, canonical: int | torch.Tensor | None = None, floor: float = LOGPROB_FLOOR
+) -> torch.Tensor:
+    """Memory-lean ``js_divergence(log_softmax(logits))`` (``canonical=None``) or
+    ``anchor_kl(log_softmax(logits), canonical)``: ``[..., K, V] -> [...]``.
+
+    Same values and gradients as the composition (float32, or float64 for float64 input), but only the
+    logits are kept for backward (in their own dtype) and the float32 work is done in chunks, which is what
+    lets the stability loss add little to the training step's peak memory.
+
+    Example:
+        >>> z = torch.randn(2, 3, 7)
+        >>> torch.allclose(divergence_from_logits(z), js_divergence(torch.log_softmax(z, -1)), atol=1e-6)
+        True
+    """
+    if logits.dim() < 2 or logits.shape[-2] < 2:
+        raise ValueError(f"expected logits of shape [..., K>=2, V], got shape {tuple(logits.shape)}")
+    canon = None
+    if canonical is not None:
+        canon = _canonical_index(canonical, logits.shape[:-2], logits.shape[-2], logits.device)
+    return _FusedDivergence.apply(logits, canon, floor)

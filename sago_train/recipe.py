@@ -1,0 +1,331 @@
+"""Recipes: a whole monitored fine-tune described in one YAML file (``sago-train run RECIPE.yaml``).
+
+Each section is a dataclass whose fields are documented once, here (``metadata["help"]``). YAML supplies the
+values, ``--section.key value`` on the command line overrides them, and an unknown or misspelled key is an
+error naming the file, line and key with the closest valid name. YAML is read with ``yaml.safe_load``
+semantics only, and ``trust_remote_code`` stays off unless the recipe says so.
+
+Paths are relative to the recipe file; ``sago://...`` names files shipped in the package
+(``sago://tiny-llama`` is the shipped tiny model, ``sago://demo/train.jsonl`` its demo data).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SagoInputError, did_you_mean
+from .version import __version__
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+SCHEME = "sago://"
+
+
+# ------------------------------------------------------------------ YAML with line numbers
+class _LineDict(dict):
+    """A dict that remembers the line of each key (1-based) for error messages."""
+
+    lines: dict[str, int]
+
+
+class _SafeLineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _SafeLineLoader, node: yaml.MappingNode) -> _LineDict:
+    loader.flatten_mapping(node)
+    out = _LineDict()
+    out.lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str):
+            raise SagoInputError(f"keys must be strings, got {key!r}", line=key_node.start_mark.line + 1)
+        if key in out:
+            raise SagoInputError(f"duplicate key '{key}'", line=key_node.start_mark.line + 1, key=key)
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+_SafeLineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise SagoInputError(f"recipe not found: {p}")
+    try:
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_SafeLineLoader)  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError:
+        raise SagoInputError("not valid UTF-8", source=str(p)) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise SagoInputError(
+            f"invalid YAML: {getattr(err, 'problem', None) or err}",
+            source=str(p),
+            line=mark.line + 1 if mark is not None else None,
+        ) from None
+    except SagoInputError as err:
+        raise SagoInputError(err.message, source=str(p), line=err.line, key=err.key) from None
+    if not isinstance(data, dict):
+        raise SagoInputError("a recipe must be a YAML mapping of sections", source=str(p))
+    return data
+
+
+# ------------------------------------------------------------------ sections
+@dataclass
+class LoraSection:
+    r: int = field(default=8, metadata={"help": "LoRA rank."})
+    alpha: int = field(default=16, metadata={"help": "LoRA alpha (scaling = alpha / r)."})
+    dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    target_modules: Any = field(
+        default="all-linear", metadata={"help": "Modules to adapt: a list of names, or 'all-linear'."}
+    )
+
+
+@dataclass
+class ModelSection:
+    path: str = field(default="sago://tiny-llama", metadata={"help": "Model folder or hub id (sago://tiny-llama "
+                                                                      "is the shipped tiny model)."})
+    dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16 (default: the model's)."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom model code (off by default)."})
+    lora: LoraSection | None = field(default=None, metadata={"help": "LoRA settings (PEFT); omit for full fine-tuning."})
+
+
+@dataclass
+class DataSection:
+    train: str = field(default="", metadata={"help": "Training data: a JSONL file (or a datasets hub id). Records "
+                                                     "are {prompt, completion} or {text} (plain SFT), or "
+                                                     "{variants, target} groups (for the stability loss)."})
+    format: str = field(default="auto", metadata={"help": "sft, groups, or auto (from the first record's keys)."})
+    eval: str | None = field(default=None, metadata={"help": "Optional evaluation data in the same format."})
+    max_length: int | None = field(default=None, metadata={"help": "Truncate sequences to this many tokens."})
+    limit: int | None = field(default=None, metadata={"help": "Use only the first N training records."})
+
+
+@dataclass
+class MonitorSection:
+    sets: dict[str, str] = field(default_factory=dict, metadata={"help": "Held-out variant sets: name -> JSONL."})
+    eval_steps: int | None = field(default=None, metadata={"help": "Evaluate every N steps (default: automatic)."})
+    baseline: bool = field(default=True, metadata={"help": "Evaluate before the first step."})
+    overhead_budget: float = field(default=0.05, metadata={"help": "Automatic cadence: share of training time."})
+    options: dict[str, Any] = field(default_factory=dict, metadata={"help": "Evaluation options (SAGOConfig "
+                                                                            "fields: axes, max_groups, ...)."})
+
+
+@dataclass
+class EarlyStoppingSection:
+    metric: str = field(default="", metadata={"help": "sago/<set>/<axis> to watch."})
+    patience: int = field(default=3, metadata={"help": "Worse evaluations in a row before stopping."})
+    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired test."})
+    min_delta: float = field(default=0.0, metadata={"help": "Smallest mean increase that counts."})
+    mode: str = field(default="paired", metadata={"help": "paired or threshold."})
+
+
+SECTIONS = ("sago_train_version", "name", "description", "trainer", "model", "data", "monitor", "early_stopping",
+            "stability", "training")
+TRAINERS = ("trainer", "sft")
+
+
+@dataclass
+class Recipe:
+    """A parsed, validated recipe."""
+
+    sago_train_version: str
+    name: str
+    model: ModelSection
+    data: DataSection
+    monitor: MonitorSection
+    training: dict[str, Any]
+    stability: Any = None  # StabilityConfig or None
+    early_stopping: EarlyStoppingSection | None = None
+    trainer: str = "trainer"
+    description: str = ""
+    source: str | None = None
+
+    @property
+    def root(self) -> Path:
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def resolve_path(self, value: str) -> str:
+        """``sago://x`` -> a package asset; a relative path -> relative to the recipe file."""
+        if value.startswith(SCHEME):
+            return str(ASSETS / value[len(SCHEME):])
+        p = Path(os.path.expanduser(value))
+        if p.is_absolute():
+            return str(p)
+        candidate = self.root / p
+        # Hub ids (org/name) stay as they are when no such local file exists.
+        return str(candidate) if candidate.exists() or value.startswith(".") or value.endswith(".jsonl") else value
+
+
+def _check_keys(section: str, data: dict[str, Any], allowed: list[str], source: str | None) -> None:
+    lines = getattr(data, "lines", {})
+    for key in data:
+        if key not in allowed:
+            raise SagoInputError(
+                f"unknown key '{key}' in section '{section}'.{did_you_mean(key, allowed)}",
+                source=source,
+                line=lines.get(key),
+                key=f"{section}.{key}" if section else key,
+                hint=f"valid keys: {', '.join(allowed)}" if len(allowed) <= 15 else None,
+            )
+
+
+def _build(cls: type, section: str, data: Any, source: str | None) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SagoInputError(f"expected a mapping for section '{section}', got {type(data).__name__}",
+                             source=source, key=section)
+    names = [f.name for f in dataclasses.fields(cls)]
+    _check_keys(section, data, names, source)
+    try:
+        return cls(**dict(data))
+    except SagoInputError as err:
+        raise SagoInputError(err.message, source=source, line=getattr(data, "lines", {}).get(err.key or ""),
+                             key=f"{section}.{err.key}" if err.key else section, hint=err.hint) from None
+    except TypeError as err:
+        raise SagoInputError(str(err), source=source, key=section) from None
+
+
+def _training_fields(trainer: str) -> list[str]:
+    if trainer == "sft":
+        from trl import SFTConfig
+
+        return [f.name for f in dataclasses.fields(SFTConfig)]
+    from transformers import TrainingArguments
+
+    return [f.name for f in dataclasses.fields(TrainingArguments)]
+
+
+def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
+    """Validate a recipe mapping (every section and key) and build a :class:`Recipe`."""
+    from .config import SAGOConfig
+    from .loss import StabilityConfig
+
+    _check_keys("", data, list(SECTIONS), source)
+    lines = getattr(data, "lines", {})
+    version = data.get("sago_train_version")
+    if version is None:
+        raise SagoInputError("missing 'sago_train_version' (the version the recipe was written for)", source=source,
+                             hint=f"add: sago_train_version: \"{__version__}\"")
+    if str(version).split(".")[0] != __version__.split(".")[0]:
+        raise SagoInputError(f"recipe written for sago_train {version}, this is {__version__}", source=source,
+                             line=lines.get("sago_train_version"), key="sago_train_version")
+    trainer = data.get("trainer", "trainer")
+    if trainer not in TRAINERS:
+        raise SagoInputError(f"unknown trainer '{trainer}'.{did_you_mean(str(trainer), TRAINERS)}", source=source,
+                             line=lines.get("trainer"), key="trainer")
+    model_data = dict(data.get("model") or {})
+    lora = model_data.pop("lora", None)
+    model = _build(ModelSection, "model", _with_lines(model_data, data.get("model")), source)
+    if lora is not None:
+        model.lora = _build(LoraSection, "model.lora", lora, source)
+    data_section = _build(DataSection, "data", data.get("data"), source)
+    if not data_section.train:
+        raise SagoInputError("missing 'data.train' (the training data)", source=source, key="data.train")
+    if data_section.format not in ("auto", "sft", "groups"):
+        raise SagoInputError(f"unknown data format '{data_section.format}'."
+                             f"{did_you_mean(data_section.format, ['auto', 'sft', 'groups'])}", source=source,
+                             key="data.format")
+    monitor = _build(MonitorSection, "monitor", data.get("monitor"), source)
+    try:
+        SAGOConfig.from_kwargs(**monitor.options)
+    except SagoInputError as err:
+        raise SagoInputError(err.message, source=source, key=f"monitor.options.{err.key}", hint=err.hint) from None
+    stability = None
+    if data.get("stability") is not None:
+        stability = _build(StabilityConfig, "stability", data.get("stability"), source)
+    early = None
+    if data.get("early_stopping") is not None:
+        early = _build(EarlyStoppingSection, "early_stopping", data.get("early_stopping"), source)
+        from .early_stopping import SAGOEarlyStoppingCallback
+
+        try:
+            SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
+        except SagoInputError as err:
+            raise SagoInputError(err.message, source=source, key=f"early_stopping.{err.key}") from None
+    training = data.get("training") or {}
+    if not isinstance(training, dict):
+        raise SagoInputError("expected a mapping for section 'training'", source=source, key="training")
+    _check_keys("training", training, _training_fields(trainer), source)
+    name = str(data.get("name") or (Path(source).stem if source else "run"))
+    return Recipe(
+        sago_train_version=str(version),
+        name=name,
+        model=model,
+        data=data_section,
+        monitor=monitor,
+        training=dict(training),
+        stability=stability,
+        early_stopping=early,
+        trainer=trainer,
+        description=str(data.get("description") or ""),
+        source=source,
+    )
+
+
+def _with_lines(plain: dict[str, Any], original: Any) -> dict[str, Any]:
+    out = _LineDict(plain)
+    out.lines = dict(getattr(original, "lines", {}))
+    return out
+
+
+def parse_overrides(tokens: list[str]) -> list[tuple[list[str], Any]]:
+    """``["--training.max_steps", "10", "--stability.act_weight=0.5"]`` -> ``[(["training", "max_steps"], 10), ...]``.
+    Values are read as YAML scalars (numbers, booleans, null, lists)."""
+    out = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--") or len(tok) == 2:
+            raise SagoInputError(f"expected an override '--section.key value', got {tok!r}")
+        key, eq, value = tok[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(tokens):
+                raise SagoInputError(f"override {tok} has no value")
+            value = tokens[i + 1]
+            i += 1
+        i += 1
+        try:
+            parsed = yaml.safe_load(value) if value != "" else ""
+        except yaml.YAMLError:
+            parsed = value
+        out.append((key.replace("-", "_").split("."), parsed))
+    return out
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[tuple[list[str], Any]]) -> dict[str, Any]:
+    """Set each dotted key in a copy of the recipe mapping (sections are created as needed)."""
+    for path, value in overrides:
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = _LineDict()
+                child.lines = {}
+                node[part] = child
+            if not isinstance(child, dict):
+                raise SagoInputError(f"cannot set '{'.'.join(path)}': '{part}' is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def load_recipe(path: str | os.PathLike[str], overrides: list[str] | None = None) -> Recipe:
+    """Load, override and validate a recipe file.
+
+    Example:
+        >>> r = load_recipe("recipes/demo.yaml", ["--training.max_steps", "5"])  # doctest: +SKIP
+        >>> r.training["max_steps"]  # doctest: +SKIP
+        5
+    """
+    data = load_yaml(path)
+    data = apply_overrides(data, parse_overrides(list(overrides or [])))
+    return parse_recipe(data, source=str(path))

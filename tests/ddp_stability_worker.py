@@ -1,0 +1,74 @@
+"""Worker for the 2-process DDP test: ``torchrun --nproc_per_node 2 tests/ddp_stability_worker.py OUT_DIR``.
+
+Trains StabilityTrainer for a few steps on CPU (gloo) and writes ``rank<r>.json`` with the logs, the number
+of rows of every micro-batch this rank saw, and a checksum of the final weights (equal on both ranks when
+DDP kept them in sync).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback, TrainingArguments
+
+from sago_train.loss import StabilityConfig
+from sago_train.stability_trainer import StabilityTrainer
+from tests._tiny import make_llama, make_tokenizer, tiny_groups
+
+
+class Recorder(TrainerCallback):
+    def __init__(self) -> None:
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs or {}))
+
+
+class RowCountingTrainer(StabilityTrainer):
+    rows: list[int] = []
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        self.rows.append(int(inputs["input_ids"].shape[0]))
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    torch.set_num_threads(1)
+    args = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=2,
+        max_steps=3,
+        logging_steps=1,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        ddp_backend="gloo",
+        ddp_find_unused_parameters=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    recorder = Recorder()
+    trainer = RowCountingTrainer(
+        model=make_llama(num_hidden_layers=4),
+        args=args,
+        train_dataset=tiny_groups(8),
+        processing_class=make_tokenizer(),
+        stability_config=StabilityConfig(act_weight=1.0, conf_weight=1.0),
+        callbacks=[recorder],
+    )
+    trainer.train()
+    checksum = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    record = {"logs": recorder.logs, "batch_rows": trainer.rows, "checksum": checksum, "world_size": world}
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+"""StabilityConfig validation and the stability terms against plain references, gradients and checkpointing."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+from transformers import HfArgumentParser
+
+from sago_train.collator import VariantGroupCollator
+from sago_train.errors import SagoInputError
+from sago_train.loss import HiddenCapture, StabilityConfig, StabilityLoss, group_layout, split_batch
+from tests._tiny import make_llama, make_tokenizer, tiny_groups
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def batch(tok):
+    return VariantGroupCollator(tok)(tiny_groups(3))
+
+
+# ------------------------------------------------------------------------------------------------ config
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"act_weight": -0.1}, "act_weight.*>= 0"),
+        ({"conf_weight": float("nan")}, "conf_weight.*finite"),
+        ({"act_weight": float("inf")}, "act_weight.*finite"),
+        ({"act_weight": True}, "act_weight.*number"),
+        ({"conf_weight": "0.1"}, "conf_weight.*number"),
+        ({"mode": "centriod"}, "Did you mean 'centroid'"),
+        ({"mode": "anchr"}, "Did you mean 'anchor'"),
+        ({"pooling": "targt"}, "Did you mean 'target'"),
+        ({"task_loss_variants": "canonicl"}, "Did you mean 'canonical'"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"warmup_steps": 1.5}, "warmup_steps"),
+        ({"layers": []}, "layers"),
+        ({"layers": [0, "1"]}, "layers"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs, match):
+    with pytest.raises(SagoInputError, match=match):
+        StabilityConfig(**kwargs)
+
+
+def test_config_warmup_and_parser():
+    cfg = StabilityConfig(act_weight=0.4, conf_weight=0.2, warmup_steps=4)
+    assert cfg.weights_at(0) == (0.0, 0.0)
+    assert cfg.weights_at(2) == pytest.approx((0.2, 0.1))
+    assert cfg.weights_at(100) == (0.4, 0.2)
+    assert StabilityConfig(layers=-1).layers == [-1]
+    (parsed,) = HfArgumentParser(StabilityConfig).parse_args_into_dataclasses(
+        ["--act_weight", "0.5", "--mode", "anchor", "--layers", "0", "-1"]
+    )
+    assert parsed.act_weight == 0.5 and parsed.mode == "anchor" and parsed.layers == [0, -1]
+    with pytest.raises(SagoInputError, match="out of range"):
+        StabilityLoss(StabilityConfig(layers=[0, 4]), make_llama(num_hidden_layers=4))
+    assert StabilityLoss(StabilityConfig(), make_llama(num_hidden_layers=8)).layers == [1, 3, 5, 7]
+    assert StabilityLoss(StabilityConfig(act_weight=0.0), make_llama()).layers == []
+
+
+# ------------------------------------------------------------------------------------------- references
+def _cos_dist(a: torch.Tensor, b: torch.Tensor) -> float:
+    return 1.0 - float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0))
+
+
+def _kl(p: torch.Tensor, q: torch.Tensor) -> float:
+    p, q = p.double(), q.double()
+    return float(sum(pi * (math.log(pi) - math.log(qi)) for pi, qi in zip(p.tolist(), q.tolist()) if pi > 0))
+
+
+def _reference(model, tok, items, *, layers, mode, pooling):
+    """Each variant run alone (no padding), hidden states from output_hidden_states, loops over pairs."""
+    act_groups, conf_groups = [], []
+    for item in items:
+        k = len(item["variants"])
+        c = item.get("canonical", 0)
+        target = tok(item["target"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        pooled, dists = [], []
+        for variant in item["variants"]:
+            prompt = tok(variant)["input_ids"]
+            ids = torch.tensor([prompt + target])
+            with torch.no_grad():
+                out = model(ids, output_hidden_states=True)
+            p, t = len(prompt), len(target)
+            if pooling == "target":
+                pooled.append([out.hidden_states[layer + 1][0, p : p + t].mean(0) for layer in layers])
+            else:
+                pooled.append([out.hidden_states[layer + 1][0, p - 1] for layer in layers])
+            dists.append(torch.softmax(out.logits[0, p - 1 : p - 1 + t].double(), -1))
+        per_layer = []
+        for li in range(len(layers)):
+            if mode == "centroid":
+                pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+                per_layer.append(sum(_cos_dist(pooled[i][li], pooled[j][li]) for i, j in pairs) / len(pairs))
+            else:
+                per_layer.append(sum(_cos_dist(pooled[j][li], pooled[c][li]) for j in range(k) if j != c) / (k - 1))
+        act_groups.append(sum(per_layer) / len(per_layer))
+        per_pos = []
+        for pos in range(len(target)):
+            ps = [dists[j][pos] for j in range(k)]
+            if mode == "centroid":
+                m = sum(ps) / k
+                per_pos.append(sum(_kl(p, m) for p in ps) / k)
+            else:
+                per_pos.append(sum(_kl(ps[c], ps[j]) for j in range(k) if j != c) / (k - 1))
+        conf_groups.append(sum(per_pos) / len(per_pos))
+    return sum(act_groups) / len(act_groups), sum(conf_groups) / len(conf_groups)
+
+
+@pytest.mark.parametrize("mode", ["centroid", "anchor"])
+@pytest.mark.parametrize("pooling", ["target", "last"])
+def test_terms_match_unbatched_reference(tok, mode, pooling):
+    model = make_llama(num_hidden_layers=3, seed=1)
+    items = tiny_groups(3)  # different target lengths across groups, canonical=1 in one group
+    cfg = StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode, pooling=pooling, layers=[0, 1])
+    batch = VariantGroupCollator(tok)(items)
+    with torch.no_grad():
+        _, terms = StabilityLoss(cfg, model)(model, batch)
+    ref_act, ref_conf = _reference(model, tok, items, layers=[0, 1], mode=mode, pooling=pooling)
+    assert terms.act.dtype == torch.float32 and terms.conf.dtype == torch.float32
+    assert float(terms.act) == pytest.approx(ref_act, abs=2e-5)
+    assert float(terms.conf) == pytest.approx(ref_conf, abs=2e-6)
+
+
+def test_last_layer_is_the_block_output_before_the_final_norm(tok, batch):
+    model = make_llama(num_hidden_layers=2)
+    model_inputs, _ = split_batch(batch)
+    with HiddenCapture(model, [1]) as cap, torch.no_grad():
+        out = model(**model_inputs, output_hidden_states=True)
+    assert torch.allclose(model.model.norm(cap.hidden[1]), out.hidden_states[-1])
+
+
+def test_confidence_from_final_hidden_equals_confidence_from_logits(batch):
+    # Projecting the captured final hidden states (the default; TRL's fused head builds no logits) gives the
+    # same term as the model's own logits; the first batch with logits checks it and keeps the hidden path.
+    model = make_llama(num_hidden_layers=2)
+    loss = StabilityLoss(StabilityConfig(act_weight=0.0, conf_weight=1.0, mode="anchor"), model)
+    model_inputs, groups = split_batch(batch)
+    with loss.capture(model) as cap, torch.no_grad():
+        out = model(**model_inputs)
+    with torch.no_grad():
+        from_hidden = loss.terms(groups, cap, model=model).conf
+        assert loss.head_from_hidden is None
+        checked = loss.terms(groups, cap, model=model, logits=out.logits).conf
+        assert loss.head_from_hidden is True
+        loss.head_from_hidden = False
+        from_logits = loss.terms(groups, cap, logits=out.logits).conf
+    assert float(from_hidden) == pytest.approx(float(from_logits), abs=1e-6)
+    assert float(checked) == float(from_hidden)
+
+
+def test_falls_back_to_the_logits_when_the_head_differs(batch):
+    model = make_llama(num_hidden_layers=2)
+    loss = StabilityLoss(StabilityConfig(act_weight=0.0, conf_weight=1.0), model)
+    model_inputs, groups = split_batch(batch)
+    with loss.capture(model) as cap, torch.no_grad():
+        out = model(**model_inputs)
+    model.config.final_logit_softcapping = 0.5  # the projection now differs from the returned logits
+    with torch.no_grad(), pytest.warns(UserWarning, match="uses the logits instead"):
+        fallback = loss.terms(groups, cap, model=model, logits=out.logits).conf
+    assert loss.head_from_hidden is False
+    model.config.final_logit_softcapping = None
+    with torch.no_grad():
+        assert float(fallback) == pytest.approx(float(loss.terms(groups, cap, logits=out.logits).conf), abs=1e-7)
+
+
+def test_terms_are_float32_under_bf16_autocast(batch):
+    model = make_llama(num_hidden_layers=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, terms = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=1.0), model)(model, batch)
+    assert out.logits.dtype == torch.bfloat16
+    assert terms.act.dtype == torch.float32 and terms.conf.dtype == torch.float32
+    (out.loss + terms.weighted(1.0, 1.0)).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# -------------------------------------------------------------------------------------------- gradients
+def _dispersion_float64(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """SPEC formula without the float32 cast of functional.activation_dispersion (for the float64 check)."""
+    k = vectors.shape[-2]
+    u = vectors * torch.rsqrt((vectors * vectors).sum(-1, keepdim=True).clamp_min(eps))
+    m = u.mean(-2)
+    return k / (k - 1) * (1 - (m * m).sum(-1))
+
+
+@pytest.mark.parametrize("term", ["act", "conf"])
+def test_gradient_matches_finite_differences(tok, term, monkeypatch):
+    # activation_dispersion computes in float32 even for float64 inputs; its float32 rounding (~1e-8) would
+    # swamp a finite difference, so the check swaps in the same formula in float64. L_conf is float64 as is.
+    monkeypatch.setattr("sago_train.loss.activation_dispersion", _dispersion_float64)
+    model = make_llama(num_hidden_layers=2, hidden_size=16, seed=2).double()
+    batch = VariantGroupCollator(tok)(tiny_groups(2))
+    cfg = StabilityConfig(act_weight=1.0 if term == "act" else 0.0, conf_weight=1.0 if term == "conf" else 0.0,
+                          pooling="target", layers=[0, 1])
+    loss_fn = StabilityLoss(cfg, model)
+
+    def value() -> torch.Tensor:
+        result = getattr(loss_fn(model, batch)[1], term)
+        assert result.dtype == torch.float64
+        return result
+
+    params = [model.model.layers[0].mlp.down_proj.weight, model.model.layers[1].self_attn.q_proj.weight]
+    if term == "conf":
+        params.append(model.lm_head.weight)
+    model.zero_grad()
+    value().backward()
+    # Llama's RMSNorm computes in float32 even in a float64 model (~3e-10 of noise on the value here), so the
+    # step is 1e-3 (truncation error ~1e-5 relative) rather than a float64-sized one.
+    eps = 1e-3
+    for param in params:
+        # The three entries with the largest gradient, so the comparison is not between two zeros.
+        for flat in param.grad.abs().flatten().topk(3).indices.tolist():
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), param.shape))
+            analytic = float(param.grad[idx])
+            with torch.no_grad():
+                old = float(param[idx])
+                param[idx] = old + eps
+                plus = float(value())
+                param[idx] = old - eps
+                minus = float(value())
+                param[idx] = old
+            numeric = (plus - minus) / (2 * eps)
+            assert analytic == pytest.approx(numeric, rel=2e-4, abs=1e-7), (term, idx)
+
+
+# ------------------------------------------------------------------------------- capture and checkpointing
+def _old_style_checkpointing(model, use_reentrant: bool) -> None:
+    """Emulate transformers<5 GradientCheckpointingLayer: the checkpoint wraps the block's whole ``__call__``,
+    so module hooks run inside it and fire again when backward recomputes the block."""
+    for layer in model.model.layers:
+        base = type(layer)
+
+        def __call__(self, *args, **kwargs):  # noqa: N807
+            call = functools.partial(torch.nn.Module.__call__, self, **kwargs)
+            return checkpoint(call, *args, use_reentrant=use_reentrant)
+
+        layer.__class__ = type(f"OldStyle{base.__name__}", (base,), {"__call__": __call__})
+
+
+def _loss_and_grads(model, batch, cfg):
+    model.zero_grad()
+    # use_cache=False as under any activation checkpointing: a recomputed block would append to the cache.
+    out, terms = StabilityLoss(cfg, model)(model, batch, use_cache=False)
+    total = out.loss + terms.weighted(1.0, 1.0)
+    total.backward()
+    return float(total.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_recomputed_blocks_are_counted_once(batch):
+    cfg = StabilityConfig(act_weight=1.0, conf_weight=1.0, layers=[0, 1])
+    model = make_llama(num_hidden_layers=2, seed=3).train()
+    ref_loss, ref_grads = _loss_and_grads(model, batch, cfg)
+    _old_style_checkpointing(model, use_reentrant=False)
+    fired = []
+    model.model.layers[0].register_forward_hook(lambda *_: fired.append(torch.is_grad_enabled()))
+    # Without early stop, the recomputation runs the whole block, forward hooks included.
+    with set_checkpoint_early_stop(False):
+        loss, grads = _loss_and_grads(model, batch, cfg)
+    assert len(fired) == 2  # forward + recomputation in backward: the hook really fires twice
+    assert loss == pytest.approx(ref_loss, abs=1e-6)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        assert torch.allclose(grads[name], ref_grads[name], atol=1e-6), name
+
+
+def test_reentrant_checkpoint_around_hooks_is_a_clear_error(batch):
+    model = make_llama(num_hidden_layers=2).train()
+    _old_style_checkpointing(model, use_reentrant=True)
+    model.enable_input_require_grads()
+    with pytest.raises(SagoInputError, match="use_reentrant"):
+        StabilityLoss(StabilityConfig(layers=[0]), model)(model, batch, use_cache=False)
+
+
+def test_first_capture_wins_within_one_window(batch):
+    model = make_llama(num_hidden_layers=2).train()
+    model_inputs, _ = split_batch(batch)
+    with HiddenCapture(model, [0, 1]) as cap:
+        model(**model_inputs)
+        with torch.no_grad():
+            model(**model_inputs)  # e.g. a metrics-only forward of the trainer
+    assert cap.repeats == 2
+    assert cap.hidden[0].requires_grad and cap.hidden[1].requires_grad
+    cap.check()
+
+
+# ---------------------------------------------------------------------------------------- batch errors
+def _groups(batch):
+    return split_batch(batch)[1]
+
+
+def test_bad_batches_raise_clear_errors(batch):
+    ids = batch["input_ids"]
+    # A group whose variants do not share the target tokens.
+    bad = dict(batch, input_ids=ids.clone())
+    p = int(batch["prompt_length"][1])
+    bad["input_ids"][1, p] = (bad["input_ids"][1, p] + 1) % 200
+    with pytest.raises(SagoInputError, match="different target tokens"):
+        group_layout(_groups(bad), bad["input_ids"])
+    # Different target lengths within a group.
+    bad = dict(batch, target_length=batch["target_length"].clone())
+    bad["target_length"][0] -= 1
+    with pytest.raises(SagoInputError, match="different lengths"):
+        group_layout(_groups(bad))
+    # An empty target.
+    bad = dict(batch, target_length=torch.zeros_like(batch["target_length"]))
+    with pytest.raises(SagoInputError, match="empty target"):
+        group_layout(_groups(bad))
+    # K < 2: one row per group.
+    one = {k: v[::3] for k, v in batch.items()}
+    one["variant_index"] = torch.zeros_like(one["variant_index"])
+    with pytest.raises(SagoInputError, match="at least 2 variants"):
+        group_layout(_groups(one))
+    # A group split (a batch sliced across devices).
+    cut = {k: v[:4] for k, v in batch.items()}
+    with pytest.raises(SagoInputError, match="split"):
+        group_layout(_groups(cut))
+    # A canonical index out of range.
+    bad = dict(batch, canonical_index=torch.full_like(batch["canonical_index"], 3))
+    with pytest.raises(SagoInputError, match="canonical"):
+        group_layout(_groups(bad))
+    with pytest.raises(SagoInputError, match="group_index"):
+        StabilityLoss(StabilityConfig(), make_llama())(make_llama(), {"input_ids": ids})
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2", "gpt_neox"])
+def test_other_architectures(tok, batch, arch):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=len(tok), bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if arch == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=32, n_layer=3, n_head=2, n_positions=256, **common))
+    elif arch == "qwen2":
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                                   num_attention_heads=2, num_key_value_heads=2, **common))
+    else:
+        model = tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                                       num_attention_heads=2, **common))
+    loss = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=1.0, layers=[0, -1]), model)
+    out, terms = loss(model, batch)
+    assert loss.head_from_hidden is True  # the projection of the final hidden states matched the logits
+    (out.loss + terms.weighted(1.0, 1.0)).backward()
+    assert torch.isfinite(terms.act) and torch.isfinite(terms.conf) and terms.act > 0

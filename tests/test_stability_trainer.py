@@ -1,0 +1,225 @@
+"""StabilityTrainer / StabilitySFTTrainer on a tiny Llama: logging, LoRA, checkpointing, bf16, DDP, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback, TrainingArguments
+
+from sago_train.collator import VariantGroupCollator
+from sago_train.errors import SagoInputError
+from sago_train.loss import StabilityConfig, group_layout, split_batch
+from sago_train.stability_trainer import StabilityTrainer
+from tests._tiny import make_llama, make_tokenizer, tiny_groups
+
+TERMS = ("sago_task_loss", "sago_act_loss", "sago_conf_loss")
+# transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns).
+CHECKPOINTING = (
+    "activation_checkpointing" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+    else "gradient_checkpointing"
+)
+
+
+class LogRecorder(TrainerCallback):
+    def __init__(self) -> None:
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs or {}))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer()
+
+
+def _args(tmp_path: Path, **overrides) -> TrainingArguments:
+    kwargs = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    kwargs.update(overrides)
+    return TrainingArguments(**kwargs)
+
+
+def _train(tmp_path, tok, model=None, config=None, n_groups=4, train=True, **overrides):
+    recorder = LogRecorder()
+    trainer = StabilityTrainer(
+        model=model if model is not None else make_llama(num_hidden_layers=4),
+        args=_args(tmp_path, **overrides),
+        train_dataset=tiny_groups(n_groups),
+        processing_class=tok,
+        stability_config=config or StabilityConfig(act_weight=1.0, conf_weight=1.0),
+        callbacks=[recorder],
+    )
+    if train:
+        trainer.train()
+    return trainer, [log for log in recorder.logs if "loss" in log]
+
+
+def test_trainer_logs_each_term_and_the_total_adds_up(tmp_path, tok):
+    # Gradient accumulation exercises the num_items_in_batch normalization of the task loss.
+    _, logs = _train(tmp_path, tok, gradient_accumulation_steps=2, max_steps=2, n_groups=8)
+    assert len(logs) == 2
+    for log in logs:
+        assert set(TERMS) <= set(log)
+        assert log["sago_act_weight"] == 1.0 and log["sago_conf_weight"] == 1.0
+        assert all(torch.isfinite(torch.tensor(log[k])) for k in TERMS)
+        assert log["sago_act_loss"] > 0 and log["sago_conf_loss"] > 0
+        assert log["loss"] == pytest.approx(log["sago_task_loss"] + log["sago_act_loss"] + log["sago_conf_loss"], rel=1e-5)
+
+
+def test_default_collator_and_whole_groups_per_batch(tmp_path, tok):
+    trainer, _ = _train(tmp_path, tok, train=False, per_device_train_batch_size=3, n_groups=7)
+    assert isinstance(trainer.data_collator, VariantGroupCollator)
+    sizes = []
+    for batch in trainer.get_train_dataloader():
+        _, groups = split_batch(batch)
+        layout = group_layout(groups, batch["input_ids"])  # raises if a group were split
+        assert layout.group_size == 3
+        sizes.append(layout.num_groups)
+    assert sorted(sizes) == [1, 3, 3]
+
+
+def test_warmup_ramps_the_weights(tmp_path, tok):
+    config = StabilityConfig(act_weight=0.5, conf_weight=0.2, warmup_steps=2)
+    _, logs = _train(tmp_path, tok, config=config, max_steps=3)
+    # Logged after each optimizer step: weights at global_step 1, 2, 3.
+    assert [log["sago_act_weight"] for log in logs] == pytest.approx([0.25, 0.5, 0.5])
+    assert [log["sago_conf_weight"] for log in logs] == pytest.approx([0.1, 0.2, 0.2])
+
+
+def test_lora_trains_only_the_adapter(tmp_path, tok):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(make_llama(num_hidden_layers=4), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _, logs = _train(tmp_path, tok, model=model)
+    assert logs and all(set(TERMS) <= set(log) for log in logs)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gradient_checkpointing_gives_the_same_losses(tmp_path, tok, lora):
+    def model():
+        m = make_llama(num_hidden_layers=4, seed=5)
+        if lora:
+            from peft import LoraConfig, get_peft_model
+
+            m = get_peft_model(m, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+        return m
+
+    _, plain = _train(tmp_path / "a", tok, model=model(), max_steps=2)
+    _, ckpt = _train(tmp_path / "b", tok, model=model(), max_steps=2, **{CHECKPOINTING: True})
+    for a, b in zip(plain, ckpt):
+        for key in ("loss", *TERMS):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), key
+
+
+def test_bf16_autocast_steps_are_finite(tmp_path, tok):
+    _, logs = _train(tmp_path, tok, bf16=True, max_steps=2, config=StabilityConfig(mode="anchor"))
+    assert logs
+    for log in logs:
+        assert all(torch.isfinite(torch.tensor(log[k])) for k in ("loss", *TERMS))
+
+
+def test_canonical_only_task_loss(tmp_path, tok):
+    trainer, _ = _train(tmp_path, tok, config=StabilityConfig(task_loss_variants="canonical"), train=False)
+    batch = next(iter(trainer.get_train_dataloader()))
+    labelled = (batch["labels"] != -100).any(-1)
+    assert torch.equal(labelled, batch["variant_index"] == batch["canonical_index"])
+    trainer.train()
+
+
+def test_evaluation_reports_the_terms(tmp_path, tok):
+    trainer, _ = _train(tmp_path, tok, max_steps=1)
+    metrics = trainer.evaluate(eval_dataset=tiny_groups(3))
+    assert {"eval_loss", "eval_sago_task_loss", "eval_sago_act_loss", "eval_sago_conf_loss"} <= set(metrics)
+    assert metrics["eval_loss"] == pytest.approx(
+        metrics["eval_sago_task_loss"] + metrics["eval_sago_act_loss"] + metrics["eval_sago_conf_loss"], rel=1e-5
+    )
+
+
+def test_bad_inputs(tmp_path, tok):
+    with pytest.raises(SagoInputError, match="StabilityConfig"):
+        _train(tmp_path, tok, config={"act_weight": 1.0}, train=False)
+    with pytest.raises(SagoInputError, match="layer 9 is out of range"):
+        _train(tmp_path, tok, config=StabilityConfig(layers=[0, 9]), train=False)
+    trainer, _ = _train(tmp_path, tok, train=False)
+    batch = VariantGroupCollator(tok)(tiny_groups(2))
+    batch["input_ids"][1, int(batch["prompt_length"][1])] += 1
+    with pytest.raises(SagoInputError, match="different target tokens"):
+        trainer.compute_loss(trainer.model, batch)
+    with pytest.raises(SagoInputError, match="at least 2 variants"):
+        trainer.data_collator([{"variants": ["a"], "target": " b"}])
+    plain = {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}
+    with pytest.raises(SagoInputError, match="no variant-group bookkeeping"):
+        trainer.compute_loss(trainer.model.train(), plain)
+    with torch.no_grad():
+        assert torch.isfinite(trainer.compute_loss(trainer.model.eval(), plain))  # an ordinary eval batch
+    with pytest.raises(SagoInputError, match="target is empty"):
+        trainer.data_collator([{"variants": ["a", "b"], "target": ""}])
+
+
+def test_sft_trainer_runs_and_logs_the_terms(tmp_path, tok):
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from sago_train.stability_trainer import StabilitySFTTrainer
+
+    recorder = LogRecorder()
+    args = SFTConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=2, logging_steps=1, report_to=[],
+        use_cpu=True, save_strategy="no", disable_tqdm=True, learning_rate=1e-3,
+    )
+    trainer = StabilitySFTTrainer(
+        model=make_llama(num_hidden_layers=4), args=args, train_dataset=Dataset.from_list(tiny_groups(4)),
+        processing_class=tok, stability_config=StabilityConfig(act_weight=1.0, conf_weight=1.0), callbacks=[recorder],
+    )
+    trainer.train()
+    logs = [log for log in recorder.logs if "loss" in log]
+    assert len(logs) == 2
+    for log in logs:
+        assert set(TERMS) <= set(log) and "mean_token_accuracy" in log  # SFT's own metrics are kept
+        assert log["loss"] == pytest.approx(log["sago_task_loss"] + log["sago_act_loss"] + log["sago_conf_loss"], rel=1e-5)
+    with pytest.raises(SagoInputError, match="packing"):
+        StabilitySFTTrainer(
+            model=make_llama(), args=SFTConfig(output_dir=str(tmp_path), packing=True, report_to=[], use_cpu=True),
+            train_dataset=Dataset.from_list(tiny_groups(2)), processing_class=tok,
+        )
+
+
+@pytest.mark.slow
+def test_ddp_two_processes(tmp_path):
+    """2-process CPU DDP (gloo) through torchrun: groups stay whole per rank, terms logged, weights in sync."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        str(root / "tests" / "ddp_stability_worker.py"), str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], abs=0)
+    assert ranks[0]["world_size"] == 2
+    for r in ranks:
+        assert r["batch_rows"] and all(rows == 2 * 3 for rows in r["batch_rows"])  # 2 whole groups of K=3
+    logs = [log for log in ranks[0]["logs"] if "loss" in log]
+    assert logs and all(set(TERMS) <= set(log) for log in logs)
