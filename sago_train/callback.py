@@ -74,6 +74,45 @@ class _RNGGuard:
             torch.cuda.set_rng_state_all(self.cuda)
 
 
+EVENTS = [name for name in dir(TrainerCallback) if name.startswith("on_")]
+
+
+def guard_reporters(trainer: Any) -> list[str]:
+    """Make the Trainer's ``report_to`` integrations (W&B, TensorBoard, ...) fail softly.
+
+    A reporter that raises (W&B failing to start, or dying mid-run) is logged once and switched off, so the
+    other reporters, the SAGO history and the training run go on. Returns the names of guarded callbacks.
+    """
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    reporter_types = tuple(c for c in INTEGRATION_TO_CALLBACK.values() if isinstance(c, type))
+    guarded = []
+    for cb in trainer.callback_handler.callbacks:
+        if not isinstance(cb, reporter_types) or getattr(cb, "_sago_guarded", False):
+            continue
+        cb._sago_guarded = True
+        cb._sago_disabled = False
+        for event in EVENTS:
+            method = getattr(cb, event, None)
+            if method is None:
+                continue
+
+            def safe(*args: Any, _method: Any = method, _cb: Any = cb, _event: str = event, **kwargs: Any) -> Any:
+                if _cb._sago_disabled:
+                    return None
+                try:
+                    return _method(*args, **kwargs)
+                except Exception as err:  # noqa: BLE001 - a reporter must not cost the training run
+                    _cb._sago_disabled = True
+                    logger.error("sago: %s failed in %s (%s: %s); it is switched off, training, the other reporters "
+                                 "and the SAGO history go on", type(_cb).__name__, _event, type(err).__name__, err)
+                    return None
+
+            setattr(cb, event, safe)
+        guarded.append(type(cb).__name__)
+    return guarded
+
+
 def _is_oom(err: BaseException) -> bool:
     return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
 
@@ -91,6 +130,8 @@ class SAGOCallback(TrainerCallback):
         overhead_budget: for the automatic cadence, the share of training wall time that periodic evaluations
             may take (0.05 = 5%); the interval is re-estimated after every evaluation from measured times.
         raise_on_error: re-raise an exception from an evaluation instead of logging it and training on.
+        guard_reporters: make the Trainer's reporting integrations fail softly (a W&B that cannot start or
+            dies mid-run is logged and switched off instead of stopping training).
         log_unstable_groups: rows of the W&B table of the most unstable groups (0 disables it).
         **options: evaluation options of ``sago-train eval`` (:class:`SAGOConfig` fields: ``axes``,
             ``layers``, ``pooling``, ``similarity``, ``max_new_tokens``, ``batch_size``, ``max_groups``, ``seed``...).
@@ -110,6 +151,7 @@ class SAGOCallback(TrainerCallback):
         baseline: bool = True,
         overhead_budget: float = 0.05,
         raise_on_error: bool = False,
+        guard_reporters: bool = True,
         log_unstable_groups: int = 10,
         evaluate_at_end: bool = True,
         config: SAGOConfig | None = None,
@@ -129,6 +171,7 @@ class SAGOCallback(TrainerCallback):
             raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
         self.overhead_budget = float(overhead_budget)
         self.raise_on_error = raise_on_error
+        self.guard_reporters = guard_reporters
         self.log_unstable_groups = log_unstable_groups
         self.evaluate_at_end = evaluate_at_end
         self.trainer: Any | None = None
@@ -142,6 +185,7 @@ class SAGOCallback(TrainerCallback):
         self._clock: dict[str, float] = {}
         self._pending = False
         self._listeners: list[Any] = []
+        self._attempted: set[int] = set()  # steps evaluated or tried (a failed step is not retried at the end)
 
     # ------------------------------------------------------------------ wiring
     def attach(self, trainer: Any) -> SAGOCallback:
@@ -158,6 +202,8 @@ class SAGOCallback(TrainerCallback):
         if self.trainer is None:
             self.trainer = find_trainer()
         if self.trainer is not None:
+            if self.guard_reporters:
+                guard_reporters(self.trainer)
             for cb in self.trainer.callback_handler.callbacks:
                 if hasattr(cb, "on_sago_evaluate"):
                     self.add_listener(cb)
@@ -233,7 +279,7 @@ class SAGOCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         if not self.evaluate_at_end or self.monitor is None:
             return
-        if state.global_step not in self.monitor.evaluated_steps():
+        if state.global_step not in self.monitor.evaluated_steps() and state.global_step not in self._attempted:
             self._evaluate(args, state, control, kwargs)
 
     # ------------------------------------------------------------------ evaluation
@@ -275,6 +321,7 @@ class SAGOCallback(TrainerCallback):
             logger.warning("sago: no model or tokenizer available to the callback; skipping evaluation")
             return {}
         start = time.perf_counter()
+        self._attempted.add(state.global_step)
         try:
             with _RNGGuard():
                 result = self._run_evaluator(model, tokenizer, args)

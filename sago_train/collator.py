@@ -32,8 +32,8 @@ GROUP_KEYS = ("group_index", "variant_index", "canonical_index", "prompt_length"
 ITEM_COLUMNS = ("id", "variants", "target", "reference", "canonical", "kinds", "meta")
 
 
-def _group_of(item: Any, index: int) -> tuple[VariantGroup, str]:
-    """Validate one item and return it as a group plus its target text."""
+def _group_of(item: Any, index: int, label: str | None = None) -> tuple[VariantGroup, str]:
+    """Validate one item and return it as a group plus its target text (``label`` names it in errors)."""
     if isinstance(item, VariantGroup):
         if item.reference is None:
             raise SagoInputError(
@@ -48,7 +48,7 @@ def _group_of(item: Any, index: int) -> tuple[VariantGroup, str]:
             f"got {type(item).__name__}"
         )
     gid = item.get("id", f"#{index}")
-    where = f"batch item {index} (group '{gid}')"
+    where = label if label is not None else f"batch item {index} (group '{gid}')"
     target = item.get("target", item.get("reference"))
     if "variants" not in item:
         raise SagoInputError(f"{where}: missing field 'variants' (a list of at least 2 prompts)", key="variants")

@@ -23,6 +23,7 @@ from .results import EvalResult, GroupResult, SetResult
 from .similarity import get_similarity
 
 SKIP_TOO_LONG = "prompt longer than the model's context"
+SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"
 
 
 def _variant_text(variant: Any) -> str:
@@ -214,6 +215,7 @@ class SAGOEvaluator:
                 scored_refs.append(None)
 
         hidden = logprobs = None
+        has_ref = [False] * len(flat_prompts)  # per variant: is there a continuation to score?
         if self.needs & {"hidden", "logprobs"}:
             conts = None
             if "logprobs" in self.needs:
@@ -221,12 +223,19 @@ class SAGOEvaluator:
                 for (_, g, _), r in zip(groups, scored_refs):
                     ids = encode_continuation(r, tok) if r else []
                     conts.extend([ids] * g.k)
+                has_ref = [bool(c) for c in conts]
             scored = extractor.score(flat_prompts, conts, want_hidden="hidden" in self.needs)
             hidden, logprobs = scored.hidden, scored.mean_logprob
 
         results: list[tuple[int, GroupResult]] = []
         for (i, g, _), off, r in zip(groups, offsets, scored_refs):
             sl = slice(off, off + g.k)
+            # A broken model (NaN/inf activations) must not poison the statistics: skip and count the group.
+            bad_hidden = hidden is not None and not bool(torch.isfinite(hidden[sl]).all())
+            bad_lp = logprobs is not None and has_ref[off] and not bool(torch.isfinite(logprobs[sl]).all())
+            if bad_hidden or bad_lp:
+                skipped[SKIP_NON_FINITE] = skipped.get(SKIP_NON_FINITE, 0) + 1
+                continue
             outs = outputs[sl] if outputs is not None else None
             inputs = GroupInputs(
                 prompts=[_variant_text(v) for v in g.variants],

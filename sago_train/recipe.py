@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,8 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = yaml.load(p.read_text(encoding="utf-8"), Loader=_SafeLineLoader)  # noqa: S506 - a SafeLoader
     except UnicodeDecodeError:
         raise SagoInputError("not valid UTF-8", source=str(p)) from None
+    except RecursionError:
+        raise SagoInputError("invalid YAML: nested too deeply", source=str(p)) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         raise SagoInputError(
@@ -169,12 +174,81 @@ def _check_keys(section: str, data: dict[str, Any], allowed: list[str], source: 
     for key in data:
         if key not in allowed:
             raise SagoInputError(
-                f"unknown key '{key}' in section '{section}'.{did_you_mean(key, allowed)}",
+                (f"unknown key '{key}' in section '{section}'." if section else f"unknown section '{key}'.")
+                + did_you_mean(key, allowed),
                 source=source,
                 line=lines.get(key),
                 key=f"{section}.{key}" if section else key,
                 hint=f"valid keys: {', '.join(allowed)}" if len(allowed) <= 15 else None,
             )
+
+
+_SIMPLE_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+                 dict: "a mapping"}
+
+
+def _expected_type(value: Any, annotation: Any) -> str | None:
+    """What ``annotation`` expects when ``value`` does not fit it, else None. Only plain types (bool, int,
+    float, str, list, dict, None and unions of them) are checked; any other annotation accepts anything."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = typing.get_args(annotation)
+    else:
+        members = (annotation,)
+    wanted = []
+    for member in members:
+        base = typing.get_origin(member) or member
+        if member is type(None):
+            if value is None:
+                return None
+            continue
+        if base not in _SIMPLE_TYPES:
+            return None  # e.g. Any, an enum: not checked here
+        if base is bool:
+            ok = isinstance(value, bool)
+        elif base is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif base is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, base)
+        if ok:
+            return None
+        wanted.append(_SIMPLE_TYPES[base])
+    if type(None) in members:
+        wanted.append("null")
+    return " or ".join(wanted) if wanted else None
+
+
+def _check_types(cls: type, section: str, data: dict[str, Any], source: str | None) -> None:
+    """A located error for a value of the wrong type (e.g. ``max_steps: ten``) before anything uses it.
+
+    YAML 1.1 reads ``1e-3`` as a string; where a number is expected, such a string becomes that number."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations are simply not checked
+        return
+    lines = getattr(data, "lines", {})
+    for key, value in list(data.items()):
+        annotation = hints.get(key, Any)
+        if isinstance(value, str) and _SCIENTIFIC.match(value.strip()) and _expected_type(1.0, annotation) is None:
+            data[key] = value = float(value)
+        expected = _expected_type(value, annotation)
+        if expected is not None:
+            raise SagoInputError(
+                f"expected {expected}, got {_type_name(value)} {value!r}",
+                source=source,
+                line=lines.get(key),
+                key=f"{section}.{key}",
+            )
+
+
+_SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _type_name(value: Any) -> str:
+    from .data.groups import type_name
+
+    return type_name(value)
 
 
 def _build(cls: type, section: str, data: Any, source: str | None) -> Any:
@@ -185,6 +259,8 @@ def _build(cls: type, section: str, data: Any, source: str | None) -> Any:
                              source=source, key=section)
     names = [f.name for f in dataclasses.fields(cls)]
     _check_keys(section, data, names, source)
+    if cls.__module__ == __name__:  # the recipe's own sections; StabilityConfig etc. validate themselves
+        _check_types(cls, section, data, source)
     try:
         return cls(**dict(data))
     except SagoInputError as err:
@@ -194,14 +270,18 @@ def _build(cls: type, section: str, data: Any, source: str | None) -> Any:
         raise SagoInputError(str(err), source=source, key=section) from None
 
 
-def _training_fields(trainer: str) -> list[str]:
+def _training_class(trainer: str) -> type:
     if trainer == "sft":
         from trl import SFTConfig
 
-        return [f.name for f in dataclasses.fields(SFTConfig)]
+        return SFTConfig
     from transformers import TrainingArguments
 
-    return [f.name for f in dataclasses.fields(TrainingArguments)]
+    return TrainingArguments
+
+
+def _training_fields(trainer: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(_training_class(trainer))]
 
 
 def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
@@ -222,6 +302,10 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     if trainer not in TRAINERS:
         raise SagoInputError(f"unknown trainer '{trainer}'.{did_you_mean(str(trainer), TRAINERS)}", source=source,
                              line=lines.get("trainer"), key="trainer")
+    if data.get("model") is not None and not isinstance(data.get("model"), dict):
+        raise SagoInputError(f"expected a mapping for section 'model', got {_type_name(data.get('model'))}",
+                             source=source, line=lines.get("model"), key="model",
+                             hint="e.g. model: {path: sago://tiny-llama}")
     model_data = dict(data.get("model") or {})
     lora = model_data.pop("lora", None)
     model = _build(ModelSection, "model", _with_lines(model_data, data.get("model")), source)
@@ -250,11 +334,13 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         try:
             SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
         except SagoInputError as err:
-            raise SagoInputError(err.message, source=source, key=f"early_stopping.{err.key}") from None
+            raise SagoInputError(err.message, source=source, key=f"early_stopping.{err.key}",
+                                 line=getattr(data.get("early_stopping"), "lines", {}).get(err.key or "")) from None
     training = data.get("training") or {}
     if not isinstance(training, dict):
         raise SagoInputError("expected a mapping for section 'training'", source=source, key="training")
     _check_keys("training", training, _training_fields(trainer), source)
+    _check_types(_training_class(trainer), "training", training, source)
     name = str(data.get("name") or (Path(source).stem if source else "run"))
     return Recipe(
         sago_train_version=str(version),

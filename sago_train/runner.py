@@ -30,13 +30,19 @@ def wandb_mode_default() -> None:
 
 
 def load_records(recipe: Recipe, value: str, what: str) -> list[dict[str, Any]]:
+    return load_located_records(recipe, value, what)[0]
+
+
+def load_located_records(recipe: Recipe, value: str, what: str) -> tuple[list[dict[str, Any]], list[int] | None]:
+    """The records and, for a local JSONL file, the line of each (None for a hub dataset)."""
     path = recipe.resolve_path(value)
     if Path(path).exists():
-        return [rec for _, rec in read_jsonl(path)]
+        pairs = list(read_jsonl(path))
+        return [rec for _, rec in pairs], [n for n, _ in pairs]
     try:
         import datasets
 
-        return list(datasets.load_dataset(path, split="train"))
+        return list(datasets.load_dataset(path, split="train")), None
     except Exception as err:  # noqa: BLE001 - becomes a clear user error
         raise SagoInputError(f"{what}: '{value}' is not a local file and could not be loaded as a dataset: "
                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__}",
@@ -57,6 +63,39 @@ def detect_format(records: list[dict[str, Any]], declared: str, source: str) -> 
         return "sft"
     raise SagoInputError(f"cannot tell the data format from keys {sorted(first)}", source=source,
                          hint="records are {prompt, completion}, {text} or {variants, target}")
+
+
+def validate_groups(
+    records: list[Any], source: str, *, lines: list[int] | None = None, batch_size: int = 1
+) -> None:
+    """Check every training group (``{variants, target}``) up front, naming the file and line, so that a bad
+    record fails before the model loads instead of in the collator in the middle of training. With
+    ``batch_size > 1`` groups are batched together, so they must all have the same number of variants."""
+    from .collator import _group_of
+
+    first: tuple[int, int | None] | None = None  # (K, line) of the first group
+    for i, rec in enumerate(records):
+        line = lines[i] if lines is not None else None
+        where = f"training group {i}" if line is None else "training group"
+        if not isinstance(rec, dict):
+            raise SagoInputError(f"{where}: expected a JSON object with 'variants' and 'target', got "
+                                 f"{type(rec).__name__}", source=source, line=line)
+        if "id" in rec:
+            where += f" '{rec['id']}'"
+        try:
+            group, _ = _group_of(rec, i, label=where)
+        except SagoInputError as err:
+            raise SagoInputError(err.message, source=source, line=line, key=err.key, hint=err.hint) from None
+        if first is None:
+            first = (group.k, line)
+        elif batch_size > 1 and group.k != first[0]:
+            other = f"the group on line {first[1]}" if first[1] is not None else "group 0"
+            raise SagoInputError(
+                f"{where} has {group.k} variants but {other} has {first[0]}: groups batched together "
+                f"(per_device_train_batch_size={batch_size}) must have the same number of variants",
+                source=source, line=line, key="variants",
+                hint="give every group the same K, or set training.per_device_train_batch_size: 1",
+            )
 
 
 def tokenize_sft(records: list[dict[str, Any]], tokenizer: Any, max_length: int | None, source: str) -> list[dict]:
@@ -108,13 +147,16 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
     from .early_stopping import SAGOEarlyStoppingCallback
     from .loss import StabilityConfig
 
-    model, tokenizer = build_model(recipe)
+    # Everything the user wrote (data, training arguments, sets, callbacks) is checked before the model loads,
+    # so that a bad input fails fast with one clear line.
     src = recipe.resolve_path(recipe.data.train)
-    records = load_records(recipe, recipe.data.train, "train")
+    records, lines = load_located_records(recipe, recipe.data.train, "train")
     if recipe.data.limit:
         records = records[: recipe.data.limit]
+        lines = lines[: recipe.data.limit] if lines is not None else None
     fmt = detect_format(records, recipe.data.format, src)
-    eval_records = load_records(recipe, recipe.data.eval, "eval") if recipe.data.eval else None
+    eval_records, eval_lines = (load_located_records(recipe, recipe.data.eval, "eval") if recipe.data.eval
+                                else (None, None))
 
     training = dict(recipe.training)
     training.setdefault("output_dir", str(Path("runs") / recipe.name))
@@ -122,12 +164,37 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
         training["output_dir"] = output_dir
     if "wandb" in (training.get("report_to") or []):
         wandb_mode_default()
+    if fmt == "groups" and recipe.trainer != "sft":
+        training.setdefault("remove_unused_columns", False)
+    try:
+        if recipe.trainer == "sft":
+            from trl import SFTConfig
+
+            args = SFTConfig(**training)
+        else:
+            from transformers import TrainingArguments
+
+            args = TrainingArguments(**training)
+    except (TypeError, ValueError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SagoInputError(f"invalid training arguments: {first_line}", source=recipe.source,
+                             key="training") from None
+    if fmt == "groups":
+        validate_groups(records, src, lines=lines, batch_size=args.per_device_train_batch_size)
+        if eval_records is not None:
+            validate_groups(eval_records, recipe.resolve_path(recipe.data.eval or ""), lines=eval_lines,
+                            batch_size=args.per_device_eval_batch_size)
+
     callbacks: list[Any] = []
     if recipe.monitor.sets:
-        sets = {name: VariantSet.from_jsonl(recipe.resolve_path(p), name=name) for name, p in recipe.monitor.sets.items()}
-        callbacks.append(SAGOCallback(sets, eval_steps=recipe.monitor.eval_steps, baseline=recipe.monitor.baseline,
-                                      overhead_budget=recipe.monitor.overhead_budget,
-                                      config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
+        sets = {name: _load_set(recipe, name, p) for name, p in recipe.monitor.sets.items()}
+        try:
+            callbacks.append(SAGOCallback(sets, eval_steps=recipe.monitor.eval_steps, baseline=recipe.monitor.baseline,
+                                          overhead_budget=recipe.monitor.overhead_budget,
+                                          config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
+        except SagoInputError as err:
+            raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
+                                 hint=err.hint) from None
     if recipe.early_stopping is not None:
         callbacks.append(SAGOEarlyStoppingCallback(**dataclasses.asdict(recipe.early_stopping)))
 
@@ -138,10 +205,8 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
         raise SagoInputError("the stability loss needs training data of variant groups ({variants, target})",
                              source=recipe.source, key="data.train")
 
+    model, tokenizer = build_model(recipe)
     if recipe.trainer == "sft":
-        from trl import SFTConfig
-
-        args = SFTConfig(**training)
         if fmt == "groups":
             from .stability_trainer import StabilitySFTTrainer
 
@@ -154,23 +219,29 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
         return SFTTrainer(model=model, args=args, train_dataset=_dataset(records), eval_dataset=_dataset(eval_records),
                           processing_class=tokenizer, callbacks=callbacks)
 
-    from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
+    from transformers import DataCollatorForSeq2Seq, Trainer
 
     if fmt == "groups":
         from .collator import VariantGroupCollator
         from .stability_trainer import StabilityTrainer
 
-        training.setdefault("remove_unused_columns", False)
-        args = TrainingArguments(**training)
         return StabilityTrainer(model=model, args=args, train_dataset=records, eval_dataset=eval_records,
                                 data_collator=VariantGroupCollator(tokenizer, max_length=recipe.data.max_length),
                                 processing_class=tokenizer, callbacks=callbacks, stability_config=stability)
-    args = TrainingArguments(**training)
     train = tokenize_sft(records, tokenizer, recipe.data.max_length, src)
     evals = tokenize_sft(eval_records, tokenizer, recipe.data.max_length, src) if eval_records else None
     return Trainer(model=model, args=args, train_dataset=train, eval_dataset=evals, processing_class=tokenizer,
                    data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
                    callbacks=callbacks)
+
+
+def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
+    try:
+        return VariantSet.from_jsonl(recipe.resolve_path(value), name=name)
+    except SagoInputError as err:
+        if err.source is not None:  # an error inside the set file names that file already
+            raise
+        raise SagoInputError(err.message, source=recipe.source, key=f"monitor.sets.{name}", hint=err.hint) from None
 
 
 def _dataset(records: list[dict[str, Any]] | None) -> Any:

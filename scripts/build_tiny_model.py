@@ -208,7 +208,8 @@ DEMO_FAMILY = Family(
         "terse": "opposite of {s}:",
         # Used only by demo/groups.jsonl (the stability-loss training groups), never by the monitoring sets.
         "antonym": "The antonym of {s} is",
-        "reverse": "The reverse of {s} is",
+        "which": "Which word means the opposite of {s}?",
+        "flip": "{S}, and its opposite:",
     },
     (
         ("hot", "cold"), ("big", "small"), ("fast", "slow"), ("up", "down"), ("light", "dark"), ("wet", "dry"),
@@ -371,7 +372,10 @@ def write_sets(sets_dir: Path) -> dict[str, list[dict]]:
 
 DEMO_TRAIN_FACTS = 32  # the other 8 opposites are held out entirely
 DEMO_MONITOR_TRAINED = 16  # trained facts that also appear (in unseen phrasings) in the monitoring sets
-DEMO_GROUP_KINDS = ("canonical", "antonym", "reverse", "typo1")
+# Alternative phrasings for the stability loss, deliberately unlike one another in surface form (how they
+# start and end) and unlike the monitored phrasings, so that pulling them together teaches invariance to
+# phrasing rather than to one template.
+DEMO_GROUP_KINDS = ("canonical", "antonym", "which", "flip")
 
 
 def demo_split() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -389,9 +393,8 @@ def write_demo(demo_dir: Path) -> dict[str, list[dict]]:
     * ``train.jsonl``: 32 facts in ONE phrasing, the canonical "The opposite of hot is" + " cold." (the skill
       a fine-tune teaches; records ``{"prompt", "completion"}``).
     * ``groups.jsonl``: the same 32 facts as stability-loss training groups ``{"variants", "target"}`` with
-      K=4 variants: canonical, "The antonym of X is", "The reverse of X is", and a 1-character typo of the
-      canonical prompt (seeded separately from the monitoring sets). The antonym/reverse templates never
-      appear in the monitoring sets.
+      K=4 variants: canonical, "The antonym of X is", "Which word means the opposite of X?" and
+      "X, and its opposite:". These templates never appear in the monitoring sets.
     * ``paraphrase.jsonl``, ``format.jsonl``, ``typo.jsonl``: monitoring sets with the same kinds as the
       bundled sets, on 24 groups: the 8 held-out facts (``meta.split = "heldout"``; no variant seen in
       training) plus 16 of the trained facts (``meta.split = "trained"``; only variant 0, the training

@@ -241,6 +241,11 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     raw = p.read_bytes()
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte-order mark is harmless; accept it
+    elif raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise SagoInputError(
+            "not valid UTF-8: the file is UTF-16 (it starts with a UTF-16 byte-order mark)",
+            source=str(p), line=1, hint="save the file as UTF-8",
+        )
     for lineno, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
             continue
@@ -252,6 +257,10 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
             ) from None
         try:
             yield lineno, json.loads(text, parse_constant=_reject_constant)
+        except RecursionError:
+            raise SagoInputError(
+                "malformed JSON: nested too deeply", source=str(p), line=lineno, hint="each line must be one JSON object"
+            ) from None
         except (json.JSONDecodeError, ValueError) as err:
             msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
             col = f" (column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
