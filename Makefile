@@ -25,14 +25,18 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -m "not slow" -n 2
 
+# The demo: a LoRA fine-tune of the shipped tiny model, monitored by SAGO, without and with the stability
+# loss, then a report comparing the two (runs/demo/report/report.md). W&B logs offline unless logged in.
 demo: $(STAMP)
-	WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(VENV)/bin/sago-train eval
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/run_demo.py --out runs/demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_eval.py
+	$(PY) benchmarks/bench_monitoring.py
+	$(PY) benchmarks/bench_loss.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

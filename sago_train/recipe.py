@@ -219,20 +219,31 @@ def _expected_type(value: Any, annotation: Any) -> str | None:
     return " or ".join(wanted) if wanted else None
 
 
-def _check_types(cls: type, section: str, data: dict[str, Any], source: str | None) -> None:
-    """A located error for a value of the wrong type (e.g. ``max_steps: ten``) before anything uses it.
-
-    YAML 1.1 reads ``1e-3`` as a string; where a number is expected, such a string becomes that number."""
+def _type_hints(cls: type) -> dict[str, Any]:
     try:
-        hints = typing.get_type_hints(cls)
+        return typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - unresolvable annotations are simply not checked
-        return
-    lines = getattr(data, "lines", {})
+        return {}
+
+
+def _read_scientific(cls: type, data: dict[str, Any]) -> None:
+    """YAML 1.1 reads ``1e-3`` as a string; where a field takes a float, such a string becomes that number."""
+    hints = _type_hints(cls)
     for key, value in list(data.items()):
-        annotation = hints.get(key, Any)
-        if isinstance(value, str) and _SCIENTIFIC.match(value.strip()) and _expected_type(1.0, annotation) is None:
-            data[key] = value = float(value)
-        expected = _expected_type(value, annotation)
+        annotation = hints.get(key)
+        members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+            else (annotation,)
+        if isinstance(value, str) and float in members and _SCIENTIFIC.match(value.strip()):
+            data[key] = float(value)
+
+
+def _check_types(cls: type, section: str, data: dict[str, Any], source: str | None) -> None:
+    """A located error for a value of the wrong type (e.g. ``max_steps: ten``) before anything uses it."""
+    _read_scientific(cls, data)
+    hints = _type_hints(cls)
+    lines = getattr(data, "lines", {})
+    for key, value in data.items():
+        expected = _expected_type(value, hints.get(key, Any))
         if expected is not None:
             raise SagoInputError(
                 f"expected {expected}, got {_type_name(value)} {value!r}",
@@ -261,6 +272,8 @@ def _build(cls: type, section: str, data: Any, source: str | None) -> Any:
     _check_keys(section, data, names, source)
     if cls.__module__ == __name__:  # the recipe's own sections; StabilityConfig etc. validate themselves
         _check_types(cls, section, data, source)
+    else:
+        _read_scientific(cls, data)
     try:
         return cls(**dict(data))
     except SagoInputError as err:

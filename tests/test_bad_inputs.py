@@ -1,0 +1,235 @@
+"""The bad-input corpus (tests/data/bad/): every file gets one clear error line, never a traceback.
+
+Data-driven from ``tests/data/bad/EXPECTED.yaml``: each file goes through (a) the CLI in-process
+(exit code 2, exactly one stderr line ``sago-train <cmd>: error: ...`` naming the file, line and field) and
+(b) the Python API (``SagoInputError`` with the same text), or is accepted where the SPEC accepts it. A few
+cases also run in a real subprocess, with a timeout, to prove that no traceback reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sago_train.cli.main import main
+from sago_train.data.generators import load_examples
+from sago_train.data.groups import VariantSet
+from sago_train.errors import SagoInputError
+from sago_train.recipe import load_recipe
+from sago_train.runner import build_trainer
+from sago_train.tiny_model import tiny_model_path
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = Path(__file__).resolve().parent / "data" / "bad"
+MANIFEST: dict[str, dict[str, Any]] = yaml.safe_load((BAD / "EXPECTED.yaml").read_text(encoding="utf-8"))
+ENTRIES = {"set": "eval", "recipe": "run", "groups": "run", "examples": "variants"}  # entry -> CLI command
+CALL_LIMIT_S = 60  # one in-process call; a hang fails the test instead of stalling the suite
+SUBPROCESS_LIMIT_S = 120
+
+
+def corpus_files() -> list[str]:
+    return sorted(p.name for p in BAD.iterdir() if p.is_file() and p.name != "EXPECTED.yaml"
+                  and not p.name.startswith("."))
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Raise TimeoutError in this (main) thread after ``seconds``; a no-op where SIGALRM does not exist."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"still running after {seconds} s: the input made the call hang")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def groups_recipe(tmp_path: Path, groups_file: Path) -> Path:
+    """A valid recipe whose training data (``data.train``) is ``groups_file``."""
+    recipe = tmp_path / "groups_recipe.yaml"
+    recipe.write_text(
+        'sago_train_version: "0.1.0"\n'
+        "model:\n  path: sago://tiny-llama\n"
+        f"data:\n  train: {json.dumps(str(groups_file))}\n"
+        "stability:\n  act_weight: 0.5\n"
+        "training:\n  max_steps: 1\n  use_cpu: true\n  report_to: []\n  save_strategy: \"no\"\n",
+        encoding="utf-8",
+    )
+    return recipe
+
+
+def cli_argv(name: str, entry: str, tmp_path: Path) -> list[str]:
+    path = BAD / name
+    if entry == "set":
+        return ["eval", "--set", f"bad={path}", "--model", tiny_model_path(), "--max-new-tokens", "2", "--quiet",
+                "--axes", "activation"]
+    if entry == "recipe":
+        return ["run", str(path), "--dry-run", "--output-dir", str(tmp_path / "run")]
+    if entry == "groups":
+        return ["run", str(groups_recipe(tmp_path, path)), "--dry-run", "--output-dir", str(tmp_path / "run")]
+    if entry == "examples":
+        return ["variants", "--input", str(path), "--out", str(tmp_path / "out.jsonl"), "--typo-rate", "0.1"]
+    raise AssertionError(f"unknown entry {entry!r}")
+
+
+def call_api(name: str, entry: str, tmp_path: Path) -> Any:
+    """The Python API for the entry point: raises SagoInputError for a bad input, else returns what it built."""
+    path = BAD / name
+    if entry == "set":
+        return VariantSet.from_jsonl(path)
+    if entry == "examples":
+        return load_examples(path)
+    recipe = load_recipe(path if entry == "recipe" else groups_recipe(tmp_path, path))
+    if MANIFEST[name]["outcome"] == "error":
+        build_trainer(recipe, output_dir=str(tmp_path / "api-run"))  # fails before the model loads
+    return recipe
+
+
+def rebind_closed_log_streams() -> None:
+    """A library's log handler created during an earlier test holds that test's capture stream, closed since
+    (transformers also binds the handler's ``flush`` to it); writing to it would print a logging traceback that
+    is an artifact of capturing, not of the input. Point such handlers at the current stderr."""
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if type(handler) is not logging.StreamHandler:
+                continue
+            flush_stream = getattr(handler.__dict__.get("flush"), "__self__", None)
+            if getattr(handler.stream, "closed", False) or getattr(flush_stream, "closed", False):
+                handler.stream = sys.stderr  # not setStream(): it flushes the closed stream first
+                handler.__dict__.pop("flush", None)
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    rebind_closed_log_streams()
+    capsys.readouterr()
+    with time_limit(CALL_LIMIT_S):
+        rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def check_error_line(err: str, out: str, cmd: str, name: str, spec: dict[str, Any]) -> str:
+    """The one error line, checked against the manifest entry; returns the message after the prefix."""
+    assert "Traceback" not in err and "Traceback" not in out, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected exactly one line on stderr, got:\n{err}"
+    prefix = f"sago-train {cmd}: error: "
+    assert lines[0].startswith(prefix), lines[0]
+    message = lines[0][len(prefix):]
+    assert name in message, f"the error does not name the file: {message}"
+    if "line" in spec:
+        assert f"{name}:{spec['line']}:" in message, f"expected {name}:{spec['line']}: in {message}"
+    assert spec["message"] in message, message
+    if "also_names" in spec:
+        assert spec["also_names"] in message, message
+    return message
+
+
+# ------------------------------------------------------------------ the manifest itself
+def test_corpus_is_large_enough_and_fully_covered() -> None:
+    files = corpus_files()
+    assert len(files) >= 30, f"the bad-input corpus has only {len(files)} files"
+    missing = sorted(set(files) - set(MANIFEST))
+    assert not missing, f"files in tests/data/bad/ without an entry in EXPECTED.yaml: {missing}"
+    stale = sorted(set(MANIFEST) - set(files))
+    assert not stale, f"EXPECTED.yaml entries without a file: {stale}"
+    for name, spec in MANIFEST.items():
+        assert spec["entry"] in ENTRIES, name
+        assert name.startswith(spec["entry"] + "_"), f"{name}: name the file after its entry point"
+        assert spec["outcome"] in ("error", "accepted"), name
+        if spec["outcome"] == "error":
+            assert spec.get("message"), f"{name}: an error entry needs a message substring"
+
+
+# ------------------------------------------------------------------ every file, CLI and Python API
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_bad_input(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = MANIFEST[name]
+    entry = spec["entry"]
+    cmd = ENTRIES[entry]
+    rc, out, err = run_cli(cli_argv(name, entry, tmp_path), capsys)
+
+    if spec["outcome"] == "accepted":
+        assert rc == 0, err
+        assert "Traceback" not in err and "error:" not in err, err
+        assert spec["stdout"] in out, out
+        with time_limit(CALL_LIMIT_S):
+            built = call_api(name, entry, tmp_path)
+        if "groups" in spec:
+            assert len(built) == spec["groups"]
+        if "trust_remote_code" in spec:
+            assert built.model.trust_remote_code is spec["trust_remote_code"]
+        return
+
+    assert rc == 2, f"exit code {rc}; stderr:\n{err}"
+    message = check_error_line(err, out, cmd, name, spec)
+    with time_limit(CALL_LIMIT_S), pytest.raises(SagoInputError) as raised:
+        call_api(name, entry, tmp_path)
+    assert str(raised.value) == message, "the CLI and the Python API report different errors"
+
+
+# ------------------------------------------------------------------ a 2 MB single variant
+def write_huge_set(tmp_path: Path) -> Path:
+    """A set whose first group has one ~2 MB variant (a single line), and a normal second group."""
+    path = tmp_path / "set_huge_line.jsonl"
+    huge = {"id": "huge", "variants": ["word " * 400_000, "A short phrasing?"]}
+    small = {"id": "ok", "variants": ["What is 2+2?", "Compute two plus two."]}
+    path.write_text(json.dumps(huge) + "\n" + json.dumps(small) + "\n", encoding="utf-8")
+    assert path.stat().st_size > 2_000_000
+    return path
+
+
+def test_huge_line_is_skipped_and_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_huge_set(tmp_path)
+    assert len(VariantSet.from_jsonl(path)) == 2  # reading it is fine; it is longer than any context
+    rc, out, err = run_cli(["eval", "--set", f"huge={path}", "--model", tiny_model_path(), "--max-new-tokens", "2",
+                            "--quiet", "--axes", "activation"], capsys)
+    assert rc == 0, err
+    assert "Traceback" not in err
+    assert "set 'huge': 1 groups, 1 skipped" in out, out
+
+
+# ------------------------------------------------------------------ real subprocesses: nothing reaches the terminal
+def run_subprocess(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline")
+    return subprocess.run([sys.executable, "-m", "sago_train.cli.main", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=SUBPROCESS_LIMIT_S)
+
+
+@pytest.mark.parametrize("name", ["set_latin1.jsonl", "recipe_python_object.yaml", "groups_mixed_k.jsonl"])
+def test_subprocess_prints_one_line(name: str, tmp_path: Path) -> None:
+    spec = MANIFEST[name]
+    proc = run_subprocess(cli_argv(name, spec["entry"], tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    check_error_line(proc.stderr, proc.stdout, ENTRIES[spec["entry"]], name, spec)
+
+
+def test_subprocess_huge_line_strict(tmp_path: Path) -> None:
+    path = write_huge_set(tmp_path)
+    proc = run_subprocess(["eval", "--set", f"huge={path}", "--model", tiny_model_path(), "--max-new-tokens", "2",
+                           "--quiet", "--axes", "activation", "--strict"])
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]  # loading the model may print a progress bar before it
+    assert last.startswith("sago-train eval: error: "), proc.stderr
+    assert path.name in last and "group 'huge' needs" in last, last
