@@ -26,16 +26,25 @@ def safe_child(directory: str | os.PathLike[str], name: str, suffix: str = "") -
     return path
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write via a temporary file in the same directory and ``os.replace``: readers never see half a file."""
+def _default_mode() -> int:
+    # mkstemp creates 0600 files; results should get the permissions an ordinary open() would give.
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write via a temporary file in the same directory and ``os.replace``: readers never see half a file,
+    and a crash leaves the previous version intact."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -43,6 +52,11 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`atomic_write_bytes` of UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_jsonl(path: str | os.PathLike[str], records: list[dict[str, Any]]) -> None:

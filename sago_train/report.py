@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 from . import stats
 from .compare import ACCURACY, INSTABILITY, Evaluation, Run, ordered_union
 from .errors import SagoInputError
+from .io import atomic_write_bytes
 from .version import __version__
 
 __all__ = ["ALPHA", "ReportResult", "paired_against_first", "write_report"]
@@ -113,20 +113,7 @@ def _save(fig: Any, path: Path) -> Path:
     """Render to PNG in memory, then write atomically (a reader never sees a half-written image)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
