@@ -400,9 +400,24 @@ def parse_overrides(tokens: list[str]) -> list[tuple[list[str], Any]]:
     return out
 
 
+# Keys whose values are file paths: on the command line a relative path means relative to the current
+# directory (as a shell user expects), while inside the recipe it is relative to the recipe file.
+PATH_KEYS = (("model", "path"), ("data", "train"), ("data", "eval"))
+
+
+def _cli_path(path: list[str], value: Any) -> Any:
+    is_path_key = tuple(path) in PATH_KEYS or (len(path) == 3 and path[:2] == ["monitor", "sets"])
+    if is_path_key and isinstance(value, str) and not value.startswith(SCHEME) and Path(value).exists():
+        return str(Path(value).resolve())
+    if path == ["monitor", "sets"] and isinstance(value, dict):
+        return {k: _cli_path(["monitor", "sets", k], v) for k, v in value.items()}
+    return value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[tuple[list[str], Any]]) -> dict[str, Any]:
     """Set each dotted key in a copy of the recipe mapping (sections are created as needed)."""
     for path, value in overrides:
+        value = _cli_path(path, value)
         node = data
         for part in path[:-1]:
             child = node.get(part)

@@ -10,6 +10,9 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `make test` runs two pytest workers on two cores: one thread each avoids oversubscription, which makes
+# tiny-model tests many times slower. Subprocess workers get OMP_NUM_THREADS=1 for the same reason.
+torch.set_num_threads(1)
 
 VOCAB = 259  # 256 bytes + <s> </s> <pad>
 CHAT_TEMPLATE = (

@@ -284,18 +284,17 @@ def test_early_stopping_ignores_noise(tmp_path):
 
 def test_torchrun_two_processes_history_equals_single(tmp_path):
     import os
-    import subprocess
     import sys
+
+    from ._proc import run as run_proc
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "offline"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    single = subprocess.run([sys.executable, "-m", "tests.ddp_callback_worker", str(tmp_path / "one")], cwd=root,
-                            env=env, capture_output=True, text=True, timeout=300)
+    single = run_proc([sys.executable, "-m", "tests.ddp_callback_worker", str(tmp_path / "one")], cwd=root, env=env)
     assert single.returncode == 0, single.stderr[-3000:]
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    multi = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "29533", "-m",
-                            "tests.ddp_callback_worker", str(tmp_path / "two")], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=300)
+    multi = run_proc([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "tests.ddp_callback_worker",
+                      str(tmp_path / "two")], cwd=root, env=env)
     assert multi.returncode == 0, multi.stderr[-3000:]
     one, two = _history(tmp_path / "one"), _history(tmp_path / "two")
     assert [h["step"] for h in two] == [h["step"] for h in one] == [0, 2, 4]

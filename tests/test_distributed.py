@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from ._proc import run as run_proc
 
 pytestmark = pytest.mark.slow
 
 
 def _run(cmd, **kw):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, **kw)
+    return run_proc(cmd, timeout=300, env=env, **kw)
 
 
 def test_torchrun_two_processes_equal_single(tmp_path, saved_tiny_model, sample_set_file):
@@ -23,7 +24,7 @@ def test_torchrun_two_processes_equal_single(tmp_path, saved_tiny_model, sample_
     single = _run([sys.executable, "-m", "sago_train.cli.main", *args, "--out", str(tmp_path / "one")])
     assert single.returncode == 0, single.stderr
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    multi = _run([torchrun, "--nproc_per_node", "2", "--master_port", "29531", "-m", "sago_train.cli.main", *args,
+    multi = _run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "sago_train.cli.main", *args,
                   "--out", str(tmp_path / "two")])
     assert multi.returncode == 0, multi.stderr[-3000:]
     # Only rank 0 prints the table.

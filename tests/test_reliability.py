@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 from sago_train import SAGOCallback, SAGOEvaluator
 from sago_train.data import bundled_sets
 
+from ._proc import run as run_proc
 from ._trainer import make_trainer, variant_set
 
 pytestmark = pytest.mark.slow
@@ -187,10 +187,9 @@ def test_wandb_init_failure_and_death_mid_run(tmp_path, monkeypatch, caplog):
 
 
 # ------------------------------------------------------------------ kill and resume
-def _worker(out: Path, *flags: str) -> subprocess.CompletedProcess:
+def _worker(out: Path, *flags: str):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, "-m", "tests.reliability_worker", str(out), *flags], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_proc([sys.executable, "-m", "tests.reliability_worker", str(out), *flags], cwd=ROOT, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from sago_train.collator import VariantGroupCollator
 from sago_train.errors import SagoInputError
 from sago_train.loss import StabilityConfig, group_layout, split_batch
 from sago_train.stability_trainer import StabilityTrainer
+from tests._proc import run as run_proc
 from tests._tiny import make_llama, make_tokenizer, tiny_groups
 
 TERMS = ("sago_task_loss", "sago_act_loss", "sago_conf_loss")
@@ -214,7 +214,7 @@ def test_ddp_two_processes(tmp_path):
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         str(root / "tests" / "ddp_stability_worker.py"), str(tmp_path),
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_proc(cmd, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], abs=0)

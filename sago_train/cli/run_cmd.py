@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
+
+from ..errors import SagoInputError
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "run",
         help="run a recipe (monitored fine-tune, optional stability loss)",
-        description="Run a YAML recipe: model (+LoRA), training data, monitoring sets, early stopping, stability "
-        "loss and TrainingArguments. Override any key with --section.key VALUE (e.g. --training.max_steps 50 "
-        "--stability.act_weight 0.5).",
-        epilog="Example: sago-train run recipes/demo.yaml --name with-loss --stability.act_weight 1.0",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a YAML recipe: model (+LoRA), training data, monitoring sets, early stopping, stability\n"
+        "loss and TrainingArguments (recipes/demo.yaml runs on a CPU; recipes/*.yaml has GPU recipes).\n\n"
+        "Override any key after the recipe with --section.key VALUE or --section.key=VALUE (e.g.\n"
+        "--training.max_steps 50, --stability.act_weight=0.5, --monitor.sets.extra=/abs/extra.jsonl); values\n"
+        "are read as YAML (numbers, true/false, null, [lists], {mappings}). Relative paths in the recipe are\n"
+        "relative to the recipe file; in overrides, an existing relative path is relative to the current\n"
+        "directory; sago://... names files shipped with the package.",
+        epilog="examples:\n"
+        "  sago-train run recipes/demo.yaml --dry-run            # build everything, one batch, no training\n"
+        "  sago-train run recipes/demo.yaml --name with-loss --stability.act_weight 1.0 --stability.conf_weight=0.5\n"
+        "  sago-train run recipes/qwen2.5-0.5b-lora.yaml --training.max_steps=200 --output-dir runs/qwen-200\n"
+        "  sago-train run recipes/llama-3.2-1b-stability.yaml --model.path=Qwen/Qwen2.5-1.5B-Instruct\n"
+        "then: sago-train report runs/<name>",
     )
     p.add_argument("recipe", help="the recipe YAML file")
     p.add_argument("--name", help="run name (default: the recipe's); outputs go to runs/<name> unless "
@@ -32,6 +45,12 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from ..runner import build_trainer, dry_run, save_resolved
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
+    if not Path(args.recipe).is_file():
+        # `sago-train run --training.max_steps 7 recipe.yaml` makes "7" the recipe: say what to do instead.
+        misplaced = next((t for t in overrides if t.endswith((".yaml", ".yml")) and Path(t).is_file()), None)
+        if misplaced is not None:
+            raise SagoInputError(f"recipe not found: {args.recipe}",
+                                 hint=f"put the recipe first: sago-train run {misplaced} --section.key VALUE ...")
     data = apply_overrides(load_yaml(args.recipe), parse_overrides(overrides))
     if args.name:
         data["name"] = args.name
