@@ -1,6 +1,6 @@
 """Monitoring overhead: a short LoRA fine-tune of the shipped tiny model with and without SAGOCallback.
 
-    .venv/bin/python benchmarks/bench_monitoring.py [--steps 2000] [--repeats 2]
+    .venv/bin/python benchmarks/bench_monitoring.py [--steps 3000] [--repeats 2]
 
 The callback runs at its default settings: the Trainer has no eval dataset, so SAGO evaluates on the three
 bundled demo monitoring sets at its automatic cadence (a baseline, periodic evaluations within a 5% time
@@ -84,7 +84,7 @@ def run(steps: int, monitor: bool, out: str) -> tuple[float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     import torch

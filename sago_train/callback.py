@@ -127,8 +127,10 @@ class SAGOCallback(TrainerCallback):
             ``overhead_budget`` of training time.
         baseline: evaluate once before the first training step; later evaluations report their paired
             change against it (``..._vs_baseline``) and against the best evaluation so far (``..._vs_best``).
-        overhead_budget: for the automatic cadence, the share of training wall time that periodic evaluations
-            may take (0.05 = 5%); the interval is re-estimated after every evaluation from measured times.
+        overhead_budget: for the automatic cadence, the share of training wall time that evaluations may take,
+            the baseline and the final one included (0.05 = 5%); the next step is re-estimated after every
+            evaluation from measured times. A run shorter than about ``2 * eval_time / budget`` gets only the
+            baseline and the final evaluation.
         raise_on_error: re-raise an exception from an evaluation instead of logging it and training on.
         guard_reporters: make the Trainer's reporting integrations fail softly (a W&B that cannot start or
             dies mid-run is logged and switched off instead of stopping training).
@@ -237,25 +239,33 @@ class SAGOCallback(TrainerCallback):
         """Fixed steps between our own evaluations; None when following the Trainer or the automatic cadence."""
         return self.eval_steps
 
-    def _schedule_auto(self, state: TrainerState) -> None:
-        """Next automatic evaluation step: eval_time / (k * step_time) <= overhead_budget.
+    def _schedule_auto(self, state: TrainerState) -> bool:
+        """Automatic cadence: is an evaluation due now? If not, when should we look again?
 
-        Times are measured on rank 0 and broadcast, so every rank evaluates at the same step (evaluation
-        runs collectives)."""
+        An evaluation may run once ``eval_total + 2 * last_eval <= overhead_budget * train_time`` (all
+        evaluation time, the baseline included, plus a reserve for the final one). The step where that
+        holds is predicted from the measured time per step; at that step the prediction is checked again
+        with fresh timings (the first steps of a run are slower than the rest), so the decision converges
+        in a few looks. Times are measured on rank 0 and broadcast, so every rank evaluates at the same step
+        (an evaluation runs collectives)."""
         now = time.perf_counter()
         steps = max(1, state.global_step - int(self._clock["step"]))
         train_s = max(1e-9, now - self._clock["start"] - self._clock["eval"])
         step_s = train_s / steps
-        interval = max(1, math.ceil(self._clock["last_eval"] / (self.overhead_budget * step_s)))
-        interval = distributed.broadcast_object(interval)
-        self._next_auto = int(self._clock.get("eval_step", self._clock["step"])) + interval
+        needed_s = (self._clock["eval"] + 2 * self._clock["last_eval"]) / self.overhead_budget
+        more = math.ceil((needed_s - train_s) / step_s)
+        more = distributed.broadcast_object(more)
+        if more <= 0:
+            return True
+        self._next_auto = state.global_step + more
+        return False
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         if self._auto:
-            if self._next_auto is None:
-                self._schedule_auto(state)  # first step: now the step time is known
-            if state.global_step < (self._next_auto or 0):
+            if self._next_auto is not None and state.global_step < self._next_auto:
+                return
+            if not self._schedule_auto(state):
                 return
         elif self._own_cadence is None or state.global_step % self._own_cadence != 0:
             return
@@ -337,8 +347,9 @@ class SAGOCallback(TrainerCallback):
             self._clock["eval"] += seconds
             self._clock["last_eval"] = seconds
             self._clock["eval_step"] = state.global_step
-        if self._auto and self._next_auto is not None:
-            self._schedule_auto(state)
+        if self._auto and state.global_step > int(self._clock["step"]):
+            # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
+            self._next_auto = state.global_step + 1
         snap = Snapshot.from_result(state.global_step, result)
         compare = self.monitor.compare(snap, alpha_seed=self.config.seed)
         self.monitor.observe(snap)

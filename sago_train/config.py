@@ -45,7 +45,7 @@ class SAGOConfig:
     stop_strings: list[str] = field(
         default_factory=list, metadata={"help": "Strings that end a generation (in addition to EOS)."}
     )
-    batch_size: int = field(default=16, metadata={"help": "Sequences per forward/generate batch."})
+    batch_size: int = field(default=32, metadata={"help": "Sequences per forward/generate batch."})
     max_groups: int | None = field(
         default=None,
         metadata={"help": "Cap on groups per set and evaluation (a seeded subset, the same at every evaluation)."},

@@ -271,3 +271,17 @@ def test_multiple_choice_correctness(byte_tokenizer, tiny_llama):
     res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=3).evaluate(VariantSet.from_records(recs, name="m"))
     g = res.sets["m"].groups[0]
     assert g.correct is not None and len(g.correct) == 2
+
+
+def test_bfloat16_model_runs_and_stays_close_to_float32(byte_tokenizer):
+    """The bf16 path (as on CUDA): hidden states are captured in float32, values stay finite and close."""
+    vs = VariantSet.from_records(RECORDS, name="t")
+    f32 = make_tiny_model("llama", seed=2)
+    bf16 = make_tiny_model("llama", seed=2).to(torch.bfloat16)
+    opts = dict(axes="activation,confidence", layers=[0, -1], max_new_tokens=3)
+    a = _axis_table(SAGOEvaluator(f32, byte_tokenizer, **opts).evaluate(vs))
+    b = _axis_table(SAGOEvaluator(bf16, byte_tokenizer, **opts).evaluate(vs))
+    for gid in a:
+        for axis, v in a[gid].items():
+            assert math.isfinite(b[gid][axis])
+            assert b[gid][axis] == pytest.approx(v, abs=0.05), (gid, axis)

@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--embedding-model", default=None, help="sentence-transformers model for --similarity embedding")
     p.add_argument("--max-new-tokens", type=int, default=None, help="greedy generation length (default 32)")
     p.add_argument("--stop", action="append", default=None, metavar="STRING", help="extra stop string (repeatable)")
-    p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (default 16)")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (default 32)")
     p.add_argument("--max-groups", type=int, default=None, help="evaluate at most N groups per set (seeded)")
     p.add_argument("--seed", type=int, default=None, help="seed for subsets and the bootstrap (default 0)")
     p.add_argument("--correctness", default=None, help="prefix|exact|contains (default prefix)")
