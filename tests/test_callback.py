@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,9 +116,10 @@ def test_sft_trainer(tmp_path):
 
 
 def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
     from ._wandb_reader import history_rows
 
+    wandb.finish()  # another test in this process may have left a run open; the Trainer would reuse it
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -125,10 +127,10 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
     cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
     make_trainer(tmp_path / "out", callbacks=[cb], max_steps=5, report_to=["wandb", "tensorboard"]).train()
-    import wandb
-
+    # wandb caches its settings per process, so find this run's folder from the run itself, not WANDB_DIR.
+    run_dir = Path(wandb.run.dir).parent
     wandb.finish()  # the Trainer leaves the run open; finishing flushes it to the offline file
-    files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "*.wandb"))
+    files = glob.glob(str(run_dir / "*.wandb"))
     assert len(files) == 1
     rows = history_rows(files[0])
     scalars = [r for r in rows if "eval/sago/num/activation" in r]
@@ -153,6 +155,8 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
 
 def test_failing_wandb_keeps_history_and_training(tmp_path, monkeypatch):
     import wandb
+
+    wandb.finish()
 
     def boom(*a, **k):
         raise RuntimeError("wandb is down")

@@ -150,6 +150,7 @@ def test_full_disk_keeps_what_was_written_and_training_goes_on(tmp_path, monkeyp
 def test_wandb_init_failure_and_death_mid_run(tmp_path, monkeypatch, caplog):
     import wandb
 
+    wandb.finish()  # another test in this process may have left a run open; the Trainer would reuse it
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -64,8 +64,11 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         return 0
     save_resolved(recipe, data, output_dir)
     console.print(f"[bold]sago-train run[/bold] '{recipe.name}' -> {output_dir}")
-    trainer.train()
-    trainer.save_model(output_dir)
+    try:
+        trainer.train()
+        trainer.save_model(output_dir)
+    finally:
+        _finish_wandb(trainer)
     from ..callback import SAGOCallback
 
     cb = next((c for c in trainer.callback_handler.callbacks if isinstance(c, SAGOCallback)), None)
@@ -76,3 +79,17 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         print_result(cb.last_result, console)
         console.print(f"history: {output_dir}/sago/history.jsonl; report: sago-train report {output_dir}")
     return 0
+
+
+def _finish_wandb(trainer: Any) -> None:
+    """Close the W&B run the Trainer opened: the Trainer leaves it open, and a second run in the same process
+    (the demo runs two) would otherwise log into the first one."""
+    if "wandb" not in (trainer.args.report_to or []):
+        return
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+    except Exception as err:  # noqa: BLE001 - closing a reporter must not fail a finished run
+        print(f"sago-train run: W&B could not be closed cleanly ({type(err).__name__}: {err})", file=sys.stderr)
