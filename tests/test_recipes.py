@@ -175,6 +175,18 @@ def test_qwen_sft_recipe_runs_two_steps(tmp_path, monkeypatch, capsys, one_threa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    import wandb
+
+    # wandb caches its settings per process (WANDB_DIR may be another test's), so record the run's folder.
+    run_dirs = []
+    real_init = wandb.init
+
+    def init(*a, **k):
+        run = real_init(*a, **k)
+        run_dirs.append(Path(run.dir).parent)
+        return run
+
+    monkeypatch.setattr(wandb, "init", init)
     model = save_tiny("qwen2", tmp_path / "tiny-qwen2")
     train = write_alpaca_like(tmp_path / "alpaca.jsonl")
     out = tmp_path / "run"
@@ -188,7 +200,8 @@ def test_qwen_sft_recipe_runs_two_steps(tmp_path, monkeypatch, capsys, one_threa
     ], capsys)  # report_to stays [tensorboard, wandb] (W&B offline)
     assert code == 0, err
     check_run(out, model_path=model)
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline W&B run"
+    assert len(run_dirs) == 1 and run_dirs[0].name.startswith("offline-run-"), run_dirs
+    assert list(run_dirs[0].glob("*.wandb")), "no offline W&B run file"
 
 
 @pytest.mark.slow
