@@ -84,8 +84,19 @@ def headline(out: Path, steps: int) -> str:
             pv = np.array([r["per_variant"][axis] for r in recs], float)
             eff = stats.kind_effect(pv, kinds)
             friedman.append(f"{set_name}/{axis} p={eff.p_value:.2g}")
-    lines.append("1. **Instability is significant, not noise**: every axis mean has a 95% CI above 0, and the "
-                 "variant kind changes it (Friedman test across groups, no-loss run): " + "; ".join(friedman) + ".")
+    above, flat = [], []
+    for set_name, axes_summary in last[a]["sets"].items():
+        for axis, summary in axes_summary.items():
+            if axis == "instability":
+                continue
+            (above if summary["ci_low"] > 0 else flat).append(f"{set_name}/{axis}")
+    text = (f"1. **Instability is significant, not noise**: in the no-loss run, {len(above)} of "
+            f"{len(above) + len(flat)} set/axis means have a 95% CI above 0")
+    if flat:
+        text += f" (not: {', '.join(flat)})"
+    text += (", and the variant kind changes the per-variant values (Friedman test across groups): "
+             + "; ".join(friedman) + ".")
+    lines.append(text)
     # Finding 2: axes disagree.
     all_recs = [r for s in last[a]["sets"] for r in records(a, step, s)]
     axes = [x for x in ("activation", "confidence", "generation", "mirroring") if x in all_recs[0]["axes"]]
@@ -129,12 +140,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/demo")
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps")
+    ap.add_argument("--headline-only", action="store_true", help="rewrite headline.md from existing runs")
     args = ap.parse_args()
     from sago_train.cli.main import main as cli
 
     out = Path(args.out)
     extra = [f"--training.max_steps={args.steps}"] if args.steps else []
     t0 = time.perf_counter()
+    if args.headline_only:
+        text = headline(out, args.steps or 300)
+        (out / "headline.md").write_text(text)
+        print(text)
+        return 0
     for name, overrides in (("no-loss", []), ("with-loss", WITH_LOSS)):
         print(f"\n=== run '{name}' {' '.join(overrides)}", flush=True)
         code = cli(["run", str(RECIPE), "--name", name, "--output-dir", str(out / name), *overrides, *extra])
