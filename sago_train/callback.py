@@ -188,6 +188,9 @@ class SAGOCallback(TrainerCallback):
         self._pending = False
         self._listeners: list[Any] = []
         self._attempted: set[int] = set()  # steps evaluated or tried (a failed step is not retried at the end)
+        # Metrics per evaluated step, kept on every rank: decisions must not depend on rank 0's history file,
+        # or ranks would disagree about evaluating (and an evaluation runs collectives).
+        self._done: dict[int, dict[str, float]] = {}
 
     # ------------------------------------------------------------------ wiring
     def attach(self, trainer: Any) -> SAGOCallback:
@@ -219,17 +222,33 @@ class SAGOCallback(TrainerCallback):
         self._discover()
         self.monitor = MonitorState(Path(args.output_dir) / "sago")
         resumed = state.global_step > 0
-        self.monitor.load(state.global_step if resumed else None)
-        if not resumed and distributed.is_main_process():
+        main = distributed.is_main_process()
+        self.monitor.load(state.global_step if resumed else None, write=main)
+        if not resumed and main and self.monitor.history_path.exists():
             self.monitor.history = []
-            if self.monitor.history_path.exists():
-                self.monitor._rewrite_history()
+            self.monitor._rewrite_history()
+        self._done = {int(h["step"]): {} for h in self.monitor.history}
+        self._check_listeners()
         self._own_cadence = self._cadence(args, state)
         self._auto = self._own_cadence is None and self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
         self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
-        if self.baseline and state.global_step not in self.monitor.evaluated_steps() and not resumed:
+        if self.baseline and state.global_step not in self._done and not resumed:
             self._evaluate(args, state, control, kwargs)
+
+    def _check_listeners(self) -> None:
+        """Early stopping must watch a monitored set and a computed axis: fail before training, not later."""
+        from .errors import SagoInputError
+
+        axes = [*self.config.axes, "instability"]
+        for listener in self._listeners:
+            set_name, axis = getattr(listener, "set_name", None), getattr(listener, "axis", None)
+            if set_name is not None and set_name not in self.sets:
+                raise SagoInputError(f"early stopping watches set '{set_name}', which is not monitored; monitored "
+                                     f"sets: {', '.join(self.sets)}", key="metric")
+            if axis is not None and axis not in axes:
+                raise SagoInputError(f"early stopping watches axis '{axis}', which is not computed; computed: "
+                                     f"{', '.join(axes)}", key="metric")
 
     @staticmethod
     def _trainer_evaluates(args: TrainingArguments) -> bool:
@@ -262,6 +281,15 @@ class SAGOCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        final = self.evaluate_at_end and (control.should_training_stop or state.global_step >= state.max_steps > 0)
+        if final and state.global_step not in self._done and state.global_step not in self._attempted:
+            # The final evaluation runs here, at the last step, not in on_train_end: by then the Trainer may
+            # have loaded the best checkpoint (load_best_model_at_end), and the weights would not be this step's.
+            if control.should_evaluate:
+                self._pending = True
+            else:
+                self._evaluate(args, state, control, kwargs)
+            return
         if self._auto:
             if self._next_auto is not None and state.global_step < self._next_auto:
                 return
@@ -276,20 +304,41 @@ class SAGOCallback(TrainerCallback):
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics=None,
                     **kwargs: Any):
-        if (self._own_cadence is not None or self._auto) and not self._pending:
-            return
-        self._pending = False
-        if self.monitor is not None and state.global_step in self.monitor.evaluated_steps() and self.last_metrics:
-            new = self.last_metrics  # already measured at this step (e.g. the baseline with eval_on_start)
-        else:
-            new = self._evaluate(args, state, control, kwargs)
-        if metrics is not None and new:
+        new: dict[str, float] = {}
+        if self._pending or (self._own_cadence is None and not self._auto):
+            self._pending = False
+            if state.global_step in self._done:
+                new = self._done[state.global_step]  # already measured at this step (e.g. eval_on_start)
+            else:
+                new = self._evaluate(args, state, control, kwargs)
+        if metrics is not None:
             metrics.update(new)
+            self._ensure_best_model_metric(args, metrics)
+
+    def _ensure_best_model_metric(self, args: TrainingArguments, metrics: dict[str, float]) -> None:
+        """With ``metric_for_best_model="sago/..."`` the Trainer raises KeyError when the key is missing (a
+        failed or skipped evaluation, a NaN mean, or a SAGO cadence other than the Trainer's). Monitoring must
+        not cost the run, so the last known value stands in, or the worst possible one with a warning."""
+        name = args.metric_for_best_model
+        if not name or not name.removeprefix("eval_").startswith("sago/"):
+            return
+        key = name if name.startswith("eval_") else f"eval_{name}"
+        if key in metrics:
+            return
+        known = [m[key] for _, m in sorted(self._done.items()) if key in m]
+        if known:
+            metrics[key] = known[-1]
+        else:
+            metrics[key] = -math.inf if args.greater_is_better else math.inf
+            logger.warning("sago: no value for %s at step %s; using the worst value so that this checkpoint is "
+                           "not chosen as the best", key, self.trainer.state.global_step if self.trainer else "?")
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        if not self.evaluate_at_end or self.monitor is None:
+        # Only a fallback: the final evaluation normally runs at the last step (see on_step_end); after
+        # load_best_model_at_end the weights are the best checkpoint's, so measuring them here would mislabel.
+        if not self.evaluate_at_end or self.monitor is None or args.load_best_model_at_end:
             return
-        if state.global_step not in self.monitor.evaluated_steps() and state.global_step not in self._attempted:
+        if state.global_step not in self._done and state.global_step not in self._attempted:
             self._evaluate(args, state, control, kwargs)
 
     # ------------------------------------------------------------------ evaluation
@@ -309,7 +358,8 @@ class SAGOCallback(TrainerCallback):
             try:
                 return evaluator.evaluate(self.sets, progress=tick)
             except RuntimeError as err:
-                if not _is_oom(err) or config.batch_size == 1:
+                # Under torch.distributed a retry on one rank would leave the others waiting in a collective.
+                if not _is_oom(err) or config.batch_size == 1 or distributed.world_size() > 1:
                     raise
                 # Out of memory: retry with half the batch (results do not depend on the batch size).
                 logger.warning("sago: out of memory at batch size %d, retrying with %d", config.batch_size,
@@ -336,7 +386,9 @@ class SAGOCallback(TrainerCallback):
             with _RNGGuard():
                 result = self._run_evaluator(model, tokenizer, args)
         except Exception as err:  # noqa: BLE001 - monitoring must never cost the training run
-            if self.raise_on_error:
+            if self.raise_on_error or distributed.world_size() > 1:
+                # With several processes the other ranks may be waiting in a collective of this evaluation:
+                # skipping on this rank alone would hang the job, so it fails loudly instead.
                 raise
             self.failures.append({"step": state.global_step, "error": f"{type(err).__name__}: {err}"})
             logger.error("sago: evaluation at step %d failed and was skipped (%s: %s); training continues",
@@ -363,6 +415,7 @@ class SAGOCallback(TrainerCallback):
         metrics[f"{PREFIX}/runtime"] = seconds
         metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
         self.last_metrics = metrics
+        self._done[state.global_step] = metrics
         if distributed.is_main_process():
             self._write(state, result, compare, seconds)
         self._log(metrics, control)

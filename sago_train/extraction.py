@@ -268,8 +268,8 @@ class Extractor:
                     rows = torch.arange(h.shape[0], device=h.device)
                     vec = h[rows, pool_state["last"]]
                 else:
-                    m = pool_state["prompt_mask"].to(h.dtype).unsqueeze(-1)
-                    vec = (h * m).sum(1) / m.sum(1).clamp_min(1)
+                    m = pool_state["prompt_mask"].float().unsqueeze(-1)
+                    vec = (h.float() * m).sum(1) / m.sum(1).clamp_min(1)  # SPEC: float32, also under bf16
                 captured[layer] = vec.float()
 
             return hook

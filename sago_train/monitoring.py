@@ -86,7 +86,7 @@ class MonitorState:
         return {int(h["step"]) for h in self.history}
 
     # ------------------------------------------------------------------ resume
-    def load(self, resume_step: int | None) -> None:
+    def load(self, resume_step: int | None, *, write: bool = True) -> None:
         """Reload the history. A fresh run (``resume_step`` None or 0 with nothing done) starts empty; a
         resumed run keeps evaluations up to the checkpoint's step and drops later ones, which the resumed
         run will redo (so none is duplicated)."""
@@ -105,7 +105,8 @@ class MonitorState:
             if int(entry.get("step", -1)) <= resume_step:
                 kept.append(entry)
         self.history = kept
-        self._rewrite_history()
+        if write:  # only the main process writes
+            self._rewrite_history()
         for entry in kept:
             snap = self._load_snapshot(int(entry["step"]), list(entry.get("sets", {})))
             if snap is not None:

@@ -333,9 +333,14 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
                              key="data.format")
     monitor = _build(MonitorSection, "monitor", data.get("monitor"), source)
     try:
-        SAGOConfig.from_kwargs(**monitor.options)
+        monitor_config = SAGOConfig.from_kwargs(**monitor.options)
     except SagoInputError as err:
         raise SagoInputError(err.message, source=source, key=f"monitor.options.{err.key}", hint=err.hint) from None
+    if not isinstance(monitor.sets, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in monitor.sets.items()
+    ):
+        raise SagoInputError("expected a mapping of set names to JSONL paths", source=source, key="monitor.sets",
+                             line=getattr(data.get("monitor"), "lines", {}).get("sets"))
     stability = None
     if data.get("stability") is not None:
         stability = _build(StabilityConfig, "stability", data.get("stability"), source)
@@ -349,6 +354,19 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, key=f"early_stopping.{err.key}",
                                  line=getattr(data.get("early_stopping"), "lines", {}).get(err.key or "")) from None
+        # Early stopping acts on SAGO evaluations: what it watches must be monitored and computed.
+        stopper = SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
+        es_line = getattr(data.get("early_stopping"), "lines", {}).get("metric")
+        if stopper.set_name not in monitor.sets:
+            raise SagoInputError(
+                f"early stopping watches set '{stopper.set_name}', which is not in monitor.sets "
+                f"({', '.join(monitor.sets) or 'none'}){did_you_mean(stopper.set_name, list(monitor.sets))}",
+                source=source, key="early_stopping.metric", line=es_line)
+        if stopper.axis not in [*monitor_config.axes, "instability"]:
+            raise SagoInputError(
+                f"early stopping watches axis '{stopper.axis}', which is not computed (axes: "
+                f"{', '.join(monitor_config.axes)}, instability)", source=source, key="early_stopping.metric",
+                line=es_line)
     training = data.get("training") or {}
     if not isinstance(training, dict):
         raise SagoInputError("expected a mapping for section 'training'", source=source, key="training")
@@ -396,7 +414,11 @@ def parse_overrides(tokens: list[str]) -> list[tuple[list[str], Any]]:
             parsed = yaml.safe_load(value) if value != "" else ""
         except yaml.YAMLError:
             parsed = value
-        out.append((key.replace("-", "_").split("."), parsed))
+        parts = key.split(".")
+        # Dashes are accepted for field names (--training.max-steps) but not in names the user chose
+        # (--monitor.sets.my-set is the set "my-set").
+        parts = [p if (i == 2 and parts[:2] == ["monitor", "sets"]) else p.replace("-", "_") for i, p in enumerate(parts)]
+        out.append((parts, parsed))
     return out
 
 

@@ -130,7 +130,8 @@ class EvalResult:
 
     def instability(self) -> stats.Summary:
         vals = np.concatenate([[g.instability for g in s.groups] for s in self.sets.values()])
-        return stats.bootstrap_ci(vals, seed=self.seed)
+        n_resamples = next(iter(self.sets.values())).n_bootstrap if self.sets else 2000
+        return stats.bootstrap_ci(vals, n_resamples=n_resamples, seed=self.seed)
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` document."""

@@ -36,6 +36,12 @@ def main() -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"writes": writes, "world": int(os.environ.get("WORLD_SIZE", "1")), "groups": groups,
                    "sago_logs": sum("eval_sago/num/activation" in h for h in tr.state.log_history)}, f)
+    import torch
+
+    if torch.distributed.is_initialized():
+        # An orderly shutdown: gloo's threads aborting at interpreter exit make the exit code flaky.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

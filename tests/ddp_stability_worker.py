@@ -68,6 +68,10 @@ def main() -> None:
     world = dist.get_world_size() if dist.is_initialized() else 1
     record = {"logs": recorder.logs, "batch_rows": trainer.rows, "checksum": checksum, "world_size": world}
     (out / f"rank{rank}.json").write_text(json.dumps(record))
+    if dist.is_initialized():
+        # An orderly shutdown: gloo's threads aborting at interpreter exit make the exit code flaky.
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

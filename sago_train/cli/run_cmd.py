@@ -78,6 +78,14 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         console.print(f"last SAGO evaluation (step {trainer.state.global_step}):")
         print_result(cb.last_result, console)
         console.print(f"history: {output_dir}/sago/history.jsonl; report: sago-train report {output_dir}")
+    if cb is not None and cb.failures and trainer.is_world_process_zero():
+        console.print(f"[yellow]{len(cb.failures)} SAGO evaluation(s) failed and were skipped:[/yellow] "
+                      + "; ".join(f"step {f['step']}: {f['error']}" for f in cb.failures))
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return 0
 
 
