@@ -311,3 +311,55 @@ def test_torchrun_two_processes_history_equals_single(tmp_path):
     assert r0["world"] == r1["world"] == 2
     assert r0["writes"] and not r1["writes"]  # only rank 0 writes files
     assert r0["groups"] == r1["groups"] and len(r0["groups"]["num"]) == 7  # every rank sees the gathered result
+
+
+def test_eval_on_start_reuses_the_baseline(tmp_path):
+    calls = {"n": 0}
+    cb = SAGOCallback(variant_set(), **FAST)
+    real = cb._run_evaluator
+
+    def counting(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    cb._run_evaluator = counting
+    tr = make_trainer(tmp_path, callbacks=[cb], max_steps=3, eval_dataset=True, eval_strategy="steps", eval_steps=3,
+                      eval_on_start=True)
+    tr.train()
+    assert [h["step"] for h in _history(tmp_path)] == [0, 3]
+    assert calls["n"] == 2  # the baseline served the Trainer's eval_on_start too
+    starts = [h for h in tr.state.log_history if "eval_loss" in h and h["step"] == 0]
+    assert starts  # the Trainer's own evaluation at step 0 happened
+
+
+def test_best_model_metric_survives_a_failed_evaluation(tmp_path, monkeypatch):
+    from sago_train import evaluator as ev_mod
+
+    real = ev_mod.SAGOEvaluator.evaluate
+    calls = {"n": 0}
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ValueError("injected failure")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(ev_mod.SAGOEvaluator, "evaluate", flaky)
+    cb = SAGOCallback(variant_set(), **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb], max_steps=4, eval_dataset=True, eval_strategy="steps", eval_steps=2,
+                      save_strategy="steps", save_steps=2, load_best_model_at_end=True,
+                      metric_for_best_model="sago/num/activation", greater_is_better=False)
+    tr.train()  # the step-2 evaluation failed: the Trainer still found its metric (no KeyError)
+    assert tr.state.global_step == 4
+    assert [h["step"] for h in _history(tmp_path)] == [0, 4]
+    assert tr.state.best_metric is not None
+
+
+def test_early_stopping_on_an_unmonitored_set_fails_before_training(tmp_path):
+    from sago_train import SagoInputError
+
+    stopper = SAGOEarlyStoppingCallback("sago/other/activation")
+    tr = make_trainer(tmp_path, callbacks=[SAGOCallback(variant_set(), **FAST), stopper], max_steps=2)
+    with pytest.raises(SagoInputError, match="not monitored"):
+        tr.train()
+    assert tr.state.global_step == 0

@@ -336,3 +336,15 @@ def test_relative_override_paths_are_relative_to_the_current_directory(tmp_path,
     assert recipe.resolve_path(recipe.monitor.sets["extra"]) == str(tmp_path / "mine.jsonl")
     # Inside the recipe, relative paths stay relative to the recipe file.
     assert recipe.resolve_path("data/x.jsonl") == str(ROOT / "recipes" / "data" / "x.jsonl")
+
+
+@pytest.mark.parametrize("metric,match", [("sago/nope/activation", "not in monitor.sets"),
+                                          ("sago/paraphrase/mirroring", "not computed")])
+def test_recipe_early_stopping_target_must_be_monitored(metric, match):
+    from sago_train.recipe import apply_overrides, load_yaml, parse_recipe
+
+    data = apply_overrides(load_yaml(ROOT / "recipes" / "demo.yaml"),
+                           parse_overrides([f"--early_stopping.metric={metric}",
+                                            "--monitor.options.axes=[activation, confidence]"]))
+    with pytest.raises(SagoInputError, match=match):
+        parse_recipe(data, source="demo.yaml")
