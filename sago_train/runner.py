@@ -205,6 +205,11 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
         raise SagoInputError("the stability loss needs training data of variant groups ({variants, target})",
                              source=recipe.source, key="data.train")
 
+    # Seed before the model is built: LoRA adapters are initialized randomly and torch's default seed differs
+    # from process to process, so without this the same recipe and seed would train different adapters.
+    from transformers import set_seed
+
+    set_seed(int(recipe.training.get("seed", 42)))
     model, tokenizer = build_model(recipe)
     if recipe.trainer == "sft":
         if fmt == "groups":

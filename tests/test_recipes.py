@@ -348,3 +348,20 @@ def test_recipe_early_stopping_target_must_be_monitored(metric, match):
                                             "--monitor.options.axes=[activation, confidence]"]))
     with pytest.raises(SagoInputError, match=match):
         parse_recipe(data, source="demo.yaml")
+
+
+def test_same_recipe_same_seed_same_lora_initialization():
+    """LoRA adapters are random at creation: the runner seeds before building the model, so two builds of one
+    recipe start from the same adapter whatever the process's torch RNG state was."""
+    import torch
+
+    from sago_train.runner import build_trainer
+
+    recipe = load_recipe(ROOT / "recipes" / "demo.yaml", ["--training.report_to=[]"])
+    weights = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)  # a different RNG state each time, as in two fresh processes
+        tr = build_trainer(recipe, output_dir="/tmp/unused-sago-seed-test")
+        weights.append({n: p.detach().clone() for n, p in tr.model.named_parameters() if "lora" in n})
+    assert weights[0] and weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][n], weights[1][n]) for n in weights[0])
