@@ -108,9 +108,10 @@ def headline(out: Path, steps: int) -> str:
             rho = corr.rho[i][j]
             if rho is not None and not math.isnan(rho):
                 pairs.append(f"{axes[i]}–{axes[j]} ρ={rho:.2f}")
+    constant = [x for x in axes if len({r["axes"][x] for r in all_recs}) <= 1]
+    note = f" ({', '.join(constant)} is constant across groups here, so it has no correlation)" if constant else ""
     lines.append("2. **The axes capture different failure modes**: Spearman correlation of per-group values "
-                 f"(no-loss run, {len(all_recs)} groups): " + "; ".join(pairs) +
-                 " (an axis constant across groups, like mirroring here, has no correlation).")
+                 f"(no-loss run, {len(all_recs)} groups): " + "; ".join(pairs) + note + ".")
     # Finding 3: rankings of checkpoints flip between sets.
     specs = [f"{r}@{h['step']}" for r in (a, b) for h in hist[r] if h["step"] > 0]
     evals = [load_evaluation(s) for s in specs]
