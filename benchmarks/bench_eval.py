@@ -29,7 +29,7 @@ from sago_train.axes import (
     mirroring_instability,
 )
 from sago_train.data import bundled_sets
-from sago_train.extraction import encode_continuation, encode_variant, pad_id_of
+from sago_train.extraction import encode_continuation, encode_variant, pad_batch, pad_id_of
 from sago_train.layers import num_decoder_layers, resolve_layers
 from sago_train.similarity import get_similarity
 
@@ -83,12 +83,8 @@ def floor(model, tok, vs: VariantSet, batch_size: int, max_new: int) -> None:
     with torch.no_grad():
         for b in range(0, len(order), batch_size):
             idx = order[b:b + batch_size]
-            w = max(len(prompts[i]) for i in idx)
-            ids = torch.full((len(idx), w), pad)
-            mask = torch.zeros((len(idx), w), dtype=torch.long)
-            for r, i in enumerate(idx):
-                ids[r, w - len(prompts[i]):] = torch.tensor(prompts[i])
-                mask[r, w - len(prompts[i]):] = 1
+            ids, mask = pad_batch([prompts[i] for i in idx], pad, side="left")
+            w = ids.shape[1]
             gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
                                  pad_token_id=pad, eos_token_id=tok.eos_token_id)
             for r, i in enumerate(idx):
@@ -102,12 +98,7 @@ def floor(model, tok, vs: VariantSet, batch_size: int, max_new: int) -> None:
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
         for b in range(0, len(order), batch_size):
             idx = order[b:b + batch_size]
-            w = max(len(seqs[i]) for i in idx)
-            ids = torch.full((len(idx), w), pad)
-            mask = torch.zeros((len(idx), w), dtype=torch.long)
-            for r, i in enumerate(idx):
-                ids[r, :len(seqs[i])] = torch.tensor(seqs[i])
-                mask[r, :len(seqs[i])] = 1
+            ids, mask = pad_batch([seqs[i] for i in idx], pad)
             model(input_ids=ids, attention_mask=mask, use_cache=False)
 
 

@@ -80,6 +80,27 @@ def _base_forward_params(model: nn.Module) -> set[str]:
     return set(inspect.signature(base.forward).parameters)
 
 
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` and ``attention_mask`` for token sequences padded to the longest one.
+
+    Generation pads on the left (the new tokens follow every prompt directly); scoring pads on the right
+    (positions then start at 0 for every row, so no position ids are needed).
+
+    Example:
+        >>> ids, mask = pad_batch([[5, 6], [7]], pad_id=0, side="left")
+        >>> ids.tolist(), mask.tolist()
+        ([[5, 6], [0, 7]], [[1, 1], [0, 1]])
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, seq in enumerate(seqs):
+        cols = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[r, cols] = torch.tensor(list(seq), dtype=torch.long)
+        mask[r, cols] = 1
+    return ids, mask
+
+
 def _batches(order: Sequence[int], batch_size: int) -> list[list[int]]:
     return [list(order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
 
@@ -208,13 +229,8 @@ class Extractor:
         with eval_mode(self.model):
             for b in range(n_runs):
                 idx = batches[min(b, len(batches) - 1)]
-                width = max(len(prompts[i]) for i in idx)
-                ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
-                mask = torch.zeros((len(idx), width), dtype=torch.long)
-                for r, i in enumerate(idx):
-                    p = list(prompts[i])
-                    ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-                    mask[r, width - len(p) :] = 1
+                ids, mask = pad_batch([prompts[i] for i in idx], self.pad_id, side="left")
+                width = ids.shape[1]
                 gen = self.model.generate(
                     input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
                 )
@@ -281,14 +297,10 @@ class Extractor:
             with eval_mode(self.model):
                 for b in range(n_runs):
                     idx = batches[min(b, len(batches) - 1)]
-                    width = max(lengths[i] for i in idx)
-                    ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
-                    mask = torch.zeros((len(idx), width), dtype=torch.long)
+                    ids, mask = pad_batch([list(prompts[i]) + list(conts[i]) for i in idx], self.pad_id)
+                    width = ids.shape[1]
                     prompt_mask = torch.zeros((len(idx), width), dtype=torch.bool)
                     for r, i in enumerate(idx):
-                        seq = list(prompts[i]) + list(conts[i])
-                        ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-                        mask[r, : len(seq)] = 1
                         prompt_mask[r, : len(prompts[i])] = True
                     last = torch.tensor([len(prompts[i]) - 1 for i in idx], dtype=torch.long)
                     pool_state["last"] = last.to(device)

@@ -37,6 +37,23 @@ class Recorder(TrainerCallback):
         self.events.append(("evaluate", state.global_step, sorted(k for k in metrics if k.startswith("eval_sago"))))
 
 
+def fail_nth_evaluation(monkeypatch, n: int) -> dict[str, int]:
+    """Make the n-th SAGO evaluation raise; returns the call counter (settable, to re-arm it)."""
+    from sago_train import evaluator as ev_mod
+
+    calls = {"n": 0}
+    real = ev_mod.SAGOEvaluator.evaluate
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise ValueError("injected failure")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(ev_mod.SAGOEvaluator, "evaluate", flaky)
+    return calls
+
+
 def _history(out):
     return [json.loads(x) for x in (out / "sago" / "history.jsonl").read_text().splitlines()]
 
@@ -173,18 +190,7 @@ def test_failing_wandb_keeps_history_and_training(tmp_path, monkeypatch):
 
 
 def test_evaluation_exception_does_not_stop_training(tmp_path, monkeypatch):
-    from sago_train import evaluator as ev_mod
-
-    calls = {"n": 0}
-    real = ev_mod.SAGOEvaluator.evaluate
-
-    def flaky(self, *a, **k):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise ValueError("injected failure")
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(ev_mod.SAGOEvaluator, "evaluate", flaky)
+    calls = fail_nth_evaluation(monkeypatch, 2)
     cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
     tr = make_trainer(tmp_path, callbacks=[cb], max_steps=10)
     tr.train()
@@ -333,18 +339,7 @@ def test_eval_on_start_reuses_the_baseline(tmp_path):
 
 
 def test_best_model_metric_survives_a_failed_evaluation(tmp_path, monkeypatch):
-    from sago_train import evaluator as ev_mod
-
-    real = ev_mod.SAGOEvaluator.evaluate
-    calls = {"n": 0}
-
-    def flaky(self, *a, **k):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise ValueError("injected failure")
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(ev_mod.SAGOEvaluator, "evaluate", flaky)
+    fail_nth_evaluation(monkeypatch, 2)
     cb = SAGOCallback(variant_set(), **FAST)
     tr = make_trainer(tmp_path, callbacks=[cb], max_steps=4, eval_dataset=True, eval_strategy="steps", eval_steps=2,
                       save_strategy="steps", save_steps=2, load_best_model_at_end=True,
