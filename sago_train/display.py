@@ -92,6 +92,12 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
     console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
     for s in result.sets.values():
         console.print(set_table(s))
+        if "activation_rel" in s.set_level:
+            console.print(f"  between-group activation dispersion {_fmt(s.between_dispersion)}: activation_rel = "
+                          "activation relative to it (1 = variants as far apart as unrelated prompts; a ratio, so "
+                          "not in 'instability')")
+        for note in s.notes:
+            console.print(f"  note: {note}")
         acc = s.correctness
         if acc.get("n"):
             console.print(

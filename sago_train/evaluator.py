@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from . import distributed
-from .axes import GroupInputs, get_axis, variant_correct
+from .axes import AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from .config import SAGOConfig
 from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets
 from .errors import SagoInputError
@@ -131,15 +131,32 @@ class SAGOEvaluator:
         mine = [chosen[i] for i in distributed.shard_indices(len(chosen))]
         # Decided on the whole selection, not the shard, so every rank makes the same collective calls.
         need_generation = self._needs_generation([vs[i] for i in chosen])
-        local, skipped = self._evaluate_groups(vs, mine, need_generation, progress)
+        local, skipped, totals = self._evaluate_groups(vs, mine, need_generation, progress)
         gathered = distributed.gather_objects(local)
         skipped_all = distributed.gather_objects([skipped])
-        gathered.sort(key=lambda pair: pair[0])
+        # Set-level axes: each rank sums its groups' statistics; the per-rank sums are gathered here (the
+        # same collective calls on every rank, whatever its share), so every rank finalizes the same values.
+        totals_all = distributed.gather_objects([totals])
+        gathered.sort(key=lambda item: item[0])
         skip_counts: dict[str, int] = {}
         for part in skipped_all:
             for reason, count in part.items():
                 skip_counts[reason] = skip_counts.get(reason, 0) + count
-        groups = [g for _, g in gathered]
+        set_level: dict[str, dict[str, Any]] = {}
+        for axis in self.axes:
+            if axis.set_level is None:
+                continue
+            total = None
+            for part in totals_all:
+                total = add_partials(total, part.get(axis.name))
+            total = total or {}
+            set_level[axis.name] = axis.set_level.summary(total)
+            for _, g, pending in gathered:
+                value = axis.set_level.finalize(pending[axis.name], total)
+                g.axes[axis.name] = value.value
+                g.per_variant[axis.name] = value.per_variant
+                g.extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+        groups = [g for _, g, _ in gathered]
         return SetResult(
             vs.name,
             list(cfg.axes),
@@ -148,6 +165,7 @@ class SAGOEvaluator:
             skip_counts,
             seed=cfg.seed,
             n_bootstrap=cfg.n_bootstrap,
+            set_level=set_level,
         )
 
     def _evaluate_groups(
@@ -156,7 +174,7 @@ class SAGOEvaluator:
         indices: list[int],
         need_generation: bool,
         progress: Callable[[int], None] | None,
-    ) -> tuple[list[tuple[int, GroupResult]], dict[str, int]]:
+    ) -> tuple[list[tuple[int, GroupResult, dict[str, AxisValue]]], dict[str, int], dict[str, Any]]:
         cfg = self.config
         tok = self.tokenizer
         ctx = context_length(self.model)
@@ -227,7 +245,8 @@ class SAGOEvaluator:
             scored = extractor.score(flat_prompts, conts, want_hidden="hidden" in self.needs)
             hidden, logprobs = scored.hidden, scored.mean_logprob
 
-        results: list[tuple[int, GroupResult]] = []
+        results: list[tuple[int, GroupResult, dict[str, AxisValue]]] = []
+        totals: dict[str, Any] = {}  # set-level axes: this rank's sum of the groups' partial statistics
         for (i, g, _), off, r in zip(groups, offsets, scored_refs):
             sl = slice(off, off + g.k)
             # A broken model (NaN/inf activations) must not poison the statistics: skip and count the group.
@@ -248,8 +267,12 @@ class SAGOEvaluator:
             axes: dict[str, float] = {}
             per_variant: dict[str, list[float]] = {}
             extra: dict[str, float] = {}
+            pending: dict[str, AxisValue] = {}
             for axis in self.axes:
                 value = axis.fn(inputs)
+                if axis.set_level is not None:
+                    totals[axis.name] = add_partials(totals.get(axis.name), value.partial)
+                    pending[axis.name] = AxisValue(value.value, value.per_variant, pending=value.pending)
                 axes[axis.name] = value.value
                 per_variant[axis.name] = value.per_variant
                 extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
@@ -282,6 +305,7 @@ class SAGOEvaluator:
                         correct=correct,
                         extra=extra,
                     ),
+                    pending,
                 )
             )
-        return results, skipped
+        return results, skipped, totals

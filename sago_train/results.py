@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import stats
-from .axes import correctness_summary
+from .axes import correctness_summary, in_instability
 from .io import atomic_write_json, atomic_write_jsonl, safe_child
 from .version import __version__
 
@@ -35,7 +35,8 @@ class GroupResult:
 
     @property
     def instability(self) -> float:
-        vals = [v for v in self.axes.values() if not math.isnan(v)]
+        """Mean of the axes on the [0, 1] scale (``activation_rel``, a ratio, is left out; SPEC "instability")."""
+        vals = [v for a, v in self.axes.items() if in_instability(a) and not math.isnan(v)]
         return float(np.mean(vals)) if vals else math.nan
 
     def to_record(self) -> dict[str, Any]:
@@ -68,6 +69,8 @@ class SetResult:
     skipped: dict[str, int]
     seed: int = 0
     n_bootstrap: int = 2000
+    # Set-level numbers of set-level axes, e.g. {"activation_rel": {"between_dispersion": {...}, "note": ...}}.
+    set_level: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.summaries: dict[str, stats.Summary] = {
@@ -94,6 +97,19 @@ class SetResult:
     def values(self, axis: str) -> np.ndarray:
         return np.array([g.axes.get(axis, math.nan) for g in self.groups], dtype=float)
 
+    @property
+    def between_dispersion(self) -> float:
+        """Mean over layers of the set's between-group activation dispersion (NaN unless ``activation_rel``
+        was computed): it falls when a model pulls *all* representations together."""
+        info = self.set_level.get("activation_rel", {}).get("between_dispersion", {})
+        value = info.get("mean")
+        return math.nan if value is None else float(value)
+
+    @property
+    def notes(self) -> list[str]:
+        """Why something was not computed on this set (e.g. ``activation_rel`` on a single group)."""
+        return [f"{axis}: {info['note']}" for axis, info in self.set_level.items() if info.get("note")]
+
     def summary(self) -> dict[str, Any]:
         return _clean(
             {
@@ -104,6 +120,8 @@ class SetResult:
                 "correctness": self.correctness,
                 "kinds": {a: k.to_dict() for a, k in self.kind_effects.items()},
                 "axis_correlation": self.correlation.to_dict(),
+                "set_level": self.set_level,
+                "notes": self.notes,
             }
         )
 
@@ -164,6 +182,8 @@ class EvalResult:
                 out[f"{prefix}/{name}/{a}_ci_low"] = sm.ci_low
                 out[f"{prefix}/{name}/{a}_ci_high"] = sm.ci_high
             out[f"{prefix}/{name}/instability"] = s.instability.mean
+            if "activation_rel" in s.set_level:
+                out[f"{prefix}/{name}/between_dispersion"] = s.between_dispersion
             if "accuracy" in s.correctness:
                 out[f"{prefix}/{name}/accuracy"] = s.correctness["accuracy"]
         out[f"{prefix}/instability"] = self.instability().mean
