@@ -18,6 +18,7 @@ from .config import SAGOConfig
 from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets
 from .errors import SagoInputError
 from .extraction import Extractor, context_length, encode_continuation, encode_variant
+from .findings import split_halves
 from .layers import num_decoder_layers, resolve_layers
 from .results import EvalResult, GroupResult, SetResult
 from .similarity import get_similarity
@@ -152,10 +153,13 @@ class SAGOEvaluator:
             total = total or {}
             set_level[axis.name] = axis.set_level.summary(total)
             for _, g, pending in gathered:
-                value = axis.set_level.finalize(pending[axis.name], total)
+                full, half_values = pending[axis.name]
+                value = axis.set_level.finalize(full, total)
                 g.axes[axis.name] = value.value
                 g.per_variant[axis.name] = value.per_variant
                 g.extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+                if half_values:
+                    g.halves[axis.name] = [axis.set_level.finalize(h, total).value for h in half_values]
         groups = [g for _, g, _ in gathered]
         return SetResult(
             vs.name,
@@ -174,7 +178,7 @@ class SAGOEvaluator:
         indices: list[int],
         need_generation: bool,
         progress: Callable[[int], None] | None,
-    ) -> tuple[list[tuple[int, GroupResult, dict[str, AxisValue]]], dict[str, int], dict[str, Any]]:
+    ) -> tuple[list[tuple[int, GroupResult, dict[str, Any]]], dict[str, int], dict[str, Any]]:
         cfg = self.config
         tok = self.tokenizer
         ctx = context_length(self.model)
@@ -245,7 +249,7 @@ class SAGOEvaluator:
             scored = extractor.score(flat_prompts, conts, want_hidden="hidden" in self.needs)
             hidden, logprobs = scored.hidden, scored.mean_logprob
 
-        results: list[tuple[int, GroupResult, dict[str, AxisValue]]] = []
+        results: list[tuple[int, GroupResult, dict[str, Any]]] = []
         totals: dict[str, Any] = {}  # set-level axes: this rank's sum of the groups' partial statistics
         for (i, g, _), off, r in zip(groups, offsets, scored_refs):
             sl = slice(off, off + g.k)
@@ -264,18 +268,8 @@ class SAGOEvaluator:
                 logprobs=logprobs[sl] if logprobs is not None else None,
                 similarity=self.similarity if "generations" in self.needs else None,
             )
-            axes: dict[str, float] = {}
-            per_variant: dict[str, list[float]] = {}
-            extra: dict[str, float] = {}
-            pending: dict[str, AxisValue] = {}
-            for axis in self.axes:
-                value = axis.fn(inputs)
-                if axis.set_level is not None:
-                    totals[axis.name] = add_partials(totals.get(axis.name), value.partial)
-                    pending[axis.name] = AxisValue(value.value, value.per_variant, pending=value.pending)
-                axes[axis.name] = value.value
-                per_variant[axis.name] = value.per_variant
-                extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+            split = split_halves(g.k, g.id, cfg.seed)
+            axes, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals)
             correct = None
             if outs is not None and (g.reference is not None or g.choices is not None):
                 correct = [
@@ -304,8 +298,49 @@ class SAGOEvaluator:
                         logprobs=lp,
                         correct=correct,
                         extra=extra,
+                        split=[list(h) for h in split] if split is not None else None,
+                        halves=halves,
                     ),
                     pending,
                 )
             )
         return results, skipped, totals
+
+    def _axis_values(
+        self, inputs: GroupInputs, split: tuple[list[int], list[int]] | None, totals: dict[str, Any]
+    ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float], dict[str, list[float]], dict[str, Any]]:
+        """Every axis on one group, and on each half of its variants (for split-half reliability, SPEC
+        "Findings"). A set-level axis adds the group's statistics to ``totals`` (the halves' do not: a half is
+        measured against the whole set) and leaves its values pending."""
+        axes: dict[str, float] = {}
+        per_variant: dict[str, list[float]] = {}
+        extra: dict[str, float] = {}
+        halves: dict[str, list[float]] = {}
+        pending: dict[str, Any] = {}
+        subsets = [_subset(inputs, idx) for idx in split] if split is not None else []
+        for axis in self.axes:
+            value = axis.fn(inputs)
+            half_values = [axis.fn(sub) for sub in subsets]
+            if axis.set_level is not None:
+                totals[axis.name] = add_partials(totals.get(axis.name), value.partial)
+                pending[axis.name] = (AxisValue(value.value, value.per_variant, pending=value.pending),
+                                      [AxisValue(h.value, h.per_variant, pending=h.pending) for h in half_values])
+            axes[axis.name] = value.value
+            per_variant[axis.name] = value.per_variant
+            extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+            if half_values:
+                halves[axis.name] = [h.value for h in half_values]
+        return axes, per_variant, extra, halves, pending
+
+
+def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:
+    """The same group restricted to the variants ``idx``."""
+    return GroupInputs(
+        prompts=[g.prompts[i] for i in idx],
+        reference=g.reference,
+        outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
+        hidden=g.hidden[idx] if g.hidden is not None else None,
+        logprobs=g.logprobs[idx] if g.logprobs is not None else None,
+        similarity=g.similarity,
+        options=g.options,
+    )
