@@ -200,3 +200,12 @@ def test_cli_eval_shows_the_ratio_and_the_between_dispersion(tmp_path, capsys):
     assert "activation_rel" in out and "between-group activation dispersion" in out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["sets"]["s"]["axes"]["activation_rel"]["n"] == 4
+
+
+def test_identical_variants_give_zero_never_negative():
+    rng = np.random.default_rng(5)
+    same = torch.tensor(rng.normal(size=(1, 2, 16)), dtype=torch.float32).expand(5, -1, -1).clone()
+    same += 30.0  # a large shared offset: float32 unit vectors would give 1 - mean cos of about -1e-7
+    others = [torch.tensor(g, dtype=torch.float32) for g in _random_groups(6, [3, 4], n_layers=2, hidden=16)]
+    values, between = activation_relative([same, *others])
+    assert 0.0 <= values[0].value < 1e-9 and all(0.0 <= v < 1e-9 for v in values[0].per_variant)
