@@ -200,6 +200,21 @@ def test_cli_eval_shows_the_ratio_and_the_between_dispersion(tmp_path, capsys):
     assert "activation_rel" in out and "between-group activation dispersion" in out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["sets"]["s"]["axes"]["activation_rel"]["n"] == 4
+    # compare and report take it like any axis (lower = more stable).
+    path2 = tmp_path / "s2.jsonl"
+    path2.write_text("".join(json.dumps(r) + "\n" for r in RECORDS[:3]))
+    for out, layers in (("o", "0,-1"), ("p", "0")):
+        assert main(["eval", "--set", f"s={path}", "--set", f"t={path2}", "--axes", "activation,activation_rel",
+                     "--layers", layers, "--max-new-tokens", "2", "--quiet", "--out", str(tmp_path / out)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "o"), str(tmp_path / "p"), "--axis", "activation_rel",
+                 "--json", str(tmp_path / "cmp.json")]) == 0
+    cmp = json.loads((tmp_path / "cmp.json").read_text())["axes"]["activation_rel"]
+    want = json.loads((tmp_path / "p" / "summary.json").read_text())["sets"]["t"]["axes"]["activation_rel"]["mean"]
+    assert cmp["higher_is_better"] is False and cmp["scores"]["t"]["p"]["mean"] == pytest.approx(want)
+    assert main(["report", str(tmp_path / "o"), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "activation_rel" in md and "except `activation_rel`" in md
 
 
 def test_identical_variants_give_zero_never_negative():

@@ -176,7 +176,11 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
     assert [int(r["train/global_step"]) for r in scalars] == [0, 5]
     hist0 = _history(tmp_path / "out")[0]["sets"]["num"]["activation"]["mean"]
     assert float(scalars[0]["eval/sago/num/activation"]) == pytest.approx(hist0, rel=1e-6)
+    rel0 = _history(tmp_path / "out")[0]["sets"]["num"]["activation_rel"]["mean"]
+    assert float(scalars[0]["eval/sago/num/activation_rel"]) == pytest.approx(rel0, rel=1e-6)
+    assert "eval/sago/num/between_dispersion" in scalars[0]
     assert any("eval/sago/num/activation_hist/_type" in r for r in rows)
+    assert any("eval/sago/num/activation_rel_hist/_type" in r for r in rows)
     assert any(k.startswith("eval/sago/unstable_groups") for r in rows for k in r)
     # TensorBoard got the same scalars, read back from its event files.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
