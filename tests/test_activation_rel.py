@@ -55,6 +55,22 @@ def _random_groups(seed: int, ks: list[int], n_layers: int = 3, hidden: int = 24
     return out
 
 
+@pytest.mark.parametrize(("seed", "ks"), [(0, [2, 3, 5, 4]), (1, [3, 3, 3])])
+def test_per_group_between_matches_brute_force(seed, ks):
+    groups = _random_groups(seed, ks, shared=3.0)
+    values, between = activation_relative([torch.tensor(g, dtype=torch.float32) for g in groups])
+    n_layers = groups[0].shape[1]
+    weights = []
+    for a, (ga, v) in enumerate(zip(groups, values)):
+        want = np.mean([np.mean([_cos_dist(ga[i, layer], gb[j, layer]) for b, gb in enumerate(groups) if b != a
+                                 for i in range(ga.shape[0]) for j in range(gb.shape[0])])
+                        for layer in range(n_layers)])
+        assert v.extra["between"] == pytest.approx(want, abs=1e-6)
+        weights.append(ga.shape[0] * (sum(ks) - ga.shape[0]))
+    # Weighted by the number of cross pairs, the groups' values average to the set's dispersion.
+    assert np.average([v.extra["between"] for v in values], weights=weights) == pytest.approx(np.mean(between))
+
+
 @pytest.mark.parametrize(("seed", "ks", "shared"), [(0, [2, 3, 5, 4], 2.0), (1, [2, 2], 0.0), (2, [6, 3, 2, 7, 4], 8.0)])
 def test_matches_brute_force_pairwise(seed, ks, shared):
     groups = _random_groups(seed, ks, shared=shared)
@@ -154,6 +170,8 @@ def test_evaluator_matches_brute_force_and_is_batch_size_independent(byte_tokeni
     assert info["mean"] == pytest.approx(np.mean(want_between), abs=1e-5)
     assert (info["n_groups"], info["n_variants"]) == (4, 14)
     assert s.between_dispersion == pytest.approx(np.mean(want_between), abs=1e-5)
+    # Each group's own distance to the other groups, recorded for paired tests between models.
+    assert all(0 < g.extra["activation_rel_between"] < 2 for g in s.groups)
     assert s.summaries["activation_rel"].mean == pytest.approx(np.mean(want_values), abs=1e-5)
     for bs in (1, 64):
         other = results[bs].sets["t"]

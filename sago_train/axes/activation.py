@@ -80,7 +80,21 @@ def within_dispersion(hidden: torch.Tensor) -> dict[str, np.ndarray]:
     norms = (u * u).sum(-1)  # [L, K]: 1, or 0 for a zero vector (cos := 0, as in the activation axis)
     within = 1.0 - (((s * s).sum(-1).squeeze(1) - norms.sum(-1)) / (k * (k - 1)))
     per_variant = 1.0 - ((u * s).sum(-1) - norms) / (k - 1)
-    return {"within": within.numpy(), "per_variant": per_variant.numpy()}
+    return {"within": within.numpy(), "per_variant": per_variant.numpy(), "sum": s.squeeze(1).numpy()}
+
+
+def group_between(within: dict[str, np.ndarray], totals: dict[str, Any]) -> np.ndarray:
+    """One group's mean cosine distance to the variants of every *other* group of the set, per layer:
+    ``1 - s_g . (s - s_g) / (K_g (M - K_g))``. The set's between-group dispersion is the average of these
+    weighted by ``K_g (M - K_g)`` (the plain mean when every group has the same K); per group, it lets two
+    models be compared with a paired test (did a fine-tune pull unrelated prompts together?)."""
+    s_g = within["sum"]
+    k = within["per_variant"].shape[1]
+    others = float(totals["m"]) - k
+    if others <= 0:
+        return np.full(s_g.shape[0], math.nan)
+    s = np.asarray(totals["sum"], dtype=np.float64)
+    return 1.0 - (s_g * (s - s_g)).sum(-1) / (k * others)
 
 
 def relative_value(within: dict[str, np.ndarray], between: np.ndarray) -> AxisValue:
@@ -98,18 +112,23 @@ def relative_value(within: dict[str, np.ndarray], between: np.ndarray) -> AxisVa
 
 
 def activation_relative(groups: list[torch.Tensor]) -> tuple[list[AxisValue], np.ndarray]:
-    """``activation_rel`` of every group of a set (each ``[K_g, L, H]``) and the set's between-group
-    dispersion per layer: the evaluator's computation in one call, for scripts and tests."""
+    """``activation_rel`` of every group of a set (each ``[K_g, L, H]``; ``extra["between"]`` = the group's
+    own distance to the other groups, see :func:`group_between`) and the set's between-group dispersion per
+    layer: the evaluator's computation in one call, for scripts and tests."""
     totals: dict[str, Any] = {}
     for h in groups:
         for key, v in group_partial(h).items():
             totals[key] = totals[key] + v if key in totals else v
-    between = between_dispersion(totals) if totals else np.array([])
-    return [relative_value(within_dispersion(h), between) for h in groups], between
+    if not totals:
+        return [], np.array([])
+    values = [_finalize_relative(AxisValue(math.nan, [], pending=within_dispersion(h)), totals) for h in groups]
+    return values, between_dispersion(totals)
 
 
 def _finalize_relative(value: AxisValue, totals: dict[str, Any]) -> AxisValue:
-    return relative_value(value.pending, between_dispersion(totals))
+    out = relative_value(value.pending, between_dispersion(totals))
+    out.extra["between"] = float(np.mean(group_between(value.pending, totals)))
+    return out
 
 
 def _summarize_relative(totals: dict[str, Any]) -> dict[str, Any]:
