@@ -32,6 +32,7 @@ from .errors import SagoInputError
 from .ranking import (
     ACCURACY,
     ALPHA,
+    BETWEEN,
     INSTABILITY,
     available_axes,
     compare_evaluations,
@@ -42,6 +43,7 @@ from .ranking import (
 __all__ = [
     "ACCURACY",
     "ALPHA",
+    "BETWEEN",
     "INSTABILITY",
     "Evaluation",
     "Run",
@@ -149,6 +151,8 @@ class Evaluation:
             return None
         if axis == INSTABILITY:
             return {r["id"]: _float(r.get(INSTABILITY)) for r in recs}
+        if axis == BETWEEN:
+            return {r["id"]: _float((r.get("extra") or {}).get("activation_rel_between")) for r in recs}
         if axis == ACCURACY:  # the share of a group's variants answered right
             return {r["id"]: (sum(map(bool, r["correct"])) / len(r["correct"]) if r.get("correct") else math.nan)
                     for r in recs}

@@ -18,11 +18,14 @@ from .errors import SagoInputError, unknown_name_error
 if TYPE_CHECKING:
     from .compare import Evaluation
 
-__all__ = ["ACCURACY", "ALPHA", "INSTABILITY", "available_axes", "compare_evaluations", "ordered_union",
+__all__ = ["ACCURACY", "ALPHA", "BETWEEN", "INSTABILITY", "available_axes", "compare_evaluations", "ordered_union",
            "paired_flip_test"]
 
 INSTABILITY = "instability"  # the per-group mean of the axes (a convenience scalar, ranked like an axis)
 ACCURACY = "accuracy"  # from the correctness summary; higher is better, never folded into stability
+# Per group: its mean cosine distance to the other groups' variants (recorded with activation_rel). Not an
+# instability: lower means representations pulled together (a collapse), so it is compared, never ranked.
+BETWEEN = "between_dispersion"
 ALPHA = 0.05  # a rank flip is robust when the two-sided paired test has p < ALPHA on both sets
 
 

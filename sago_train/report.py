@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import stats
-from .compare import ACCURACY, INSTABILITY, Evaluation, Run, ordered_union
+from .compare import ACCURACY, BETWEEN, INSTABILITY, Evaluation, Run, ordered_union
 from .errors import SagoInputError
 from .report_findings import findings_markdown
 from .report_plots import (
@@ -43,7 +43,7 @@ from .report_plots import (
 )
 from .version import __version__
 
-__all__ = ["ALPHA", "ReportResult", "paired_against_first", "write_report"]
+__all__ = ["ALPHA", "ReportResult", "is_significant", "paired_against_first", "write_report"]
 
 ALPHA = 0.05
 
@@ -108,6 +108,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) 
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def is_significant(row: dict[str, Any]) -> bool:
+    """Whether a row of :func:`paired_against_first` found a significant difference."""
+    return bool(row.get("n")) and row["verdict"].startswith(row["run"] + " ")
+
+
 def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, seed: int = 0) -> list[dict[str, Any]]:
     """Each evaluation after the first against the first, per shared set and axis, paired by group id.
 
@@ -115,6 +120,8 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
     "p_more_stable", "verdict"}`` with ``mean_diff = run - reference`` (> 0: ``run`` is less stable). Both
     p-values are one-sided Wilcoxon signed-rank tests; since neither direction is chosen in advance, a
     direction is called significant when its p < ``alpha / 2`` (a two-sided test at ``alpha`` overall).
+    With ``activation_rel`` recorded, a ``between_dispersion`` row compares each group's distance to the
+    other groups: "less dispersed" flags a fine-tune that pulled unrelated prompts together (a collapse).
     """
     if len(evals) < 2:
         return []
@@ -125,6 +132,8 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
             if s not in ev.summaries:
                 continue
             axes = [a for a in ref.axes[s] if a in ev.axes[s]] + [INSTABILITY]
+            if "activation_rel" in axes:
+                axes.append(BETWEEN)
             for axis in axes:
                 before_by_id, after_by_id = ref.group_values(s, axis), ev.group_values(s, axis)
                 row: dict[str, Any] = {"run": ev.label, "reference": ref.label, "set": s, "axis": axis}
@@ -142,10 +151,12 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                 if worse.n == 0:
                     rows.append({**row, "n": 0, "verdict": "no common groups with values"})
                     continue
+                up, down = ("more dispersed", "less dispersed (collapse)") if axis == BETWEEN else \
+                    ("less stable", "more stable")
                 if worse.p_value < alpha / 2:
-                    verdict = f"{ev.label} less stable"
+                    verdict = f"{ev.label} {up}"
                 elif better.p_value < alpha / 2:
-                    verdict = f"{ev.label} more stable"
+                    verdict = f"{ev.label} {down}"
                 else:
                     verdict = "no significant difference"
                 rows.append({**row, "n": worse.n, "mean_diff": worse.mean_diff, "ci_low": worse.ci_low,
@@ -294,7 +305,9 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
                "at each one's last evaluation (> 0: the run is less stable), its 95% paired-bootstrap CI, and "
                "one-sided Wilcoxon signed-rank p-values for 'less stable' and 'more stable'. A direction is "
                f"called significant when its p < {ALPHA / 2:g} (two-sided alpha = {ALPHA}); not corrected for "
-               "the number of sets and axes.", ""]
+               "the number of sets and axes. The `between_dispersion` rows (each group's distance to the other groups, "
+               "recorded with `activation_rel`) read 'p (less stable)' as 'higher': a significant drop means the run "
+               "pulled unrelated prompts together, which lowers raw activation without any stability.", ""]
         table_rows = []
         for r in rows:
             if not r.get("n"):
@@ -306,7 +319,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         md += _table(["run", "set", "axis", "n", "difference", "95% CI", "p (less stable)", "p (more stable)",
                       "verdict"], table_rows, left=3)
         md.append("")
-        significant = [r for r in rows if r.get("n") and r["verdict"].endswith("stable")]
+        significant = [r for r in rows if is_significant(r)]
         if significant:
             md.append("Significant differences:")
             md += [f"- set `{r['set']}`, {r['axis']}: {r['verdict']} than `{ref}` "
