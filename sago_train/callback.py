@@ -135,6 +135,13 @@ class SAGOCallback(TrainerCallback):
         guard_reporters: make the Trainer's reporting integrations fail softly (a W&B that cannot start or
             dies mid-run is logged and switched off instead of stopping training).
         log_unstable_groups: rows of the W&B table of the most unstable groups (0 disables it).
+        tokenizer: the tokenizer to evaluate with. Default: the Trainer's ``processing_class``, else its data
+            collator's ``tokenizer``; the one used is named once at train start.
+        overwrite: start a fresh (not resumed) run in an output directory that holds another run's SAGO history;
+            the old ``history.jsonl`` is kept beside it as ``history.jsonl.<time>.old``. Without it such a run is
+            refused at train start, so no history line is lost.
+        soft_failures: when the callback cannot evaluate at all (no model or tokenizer), log it and count every
+            skipped evaluation in ``failures`` instead of failing at train start.
         **options: evaluation options of ``sago-train eval`` (:class:`SAGOConfig` fields: ``axes``,
             ``layers``, ``pooling``, ``similarity``, ``max_new_tokens``, ``batch_size``, ``max_groups``, ``seed``...).
 
@@ -157,6 +164,9 @@ class SAGOCallback(TrainerCallback):
         log_unstable_groups: int = 10,
         evaluate_at_end: bool = True,
         config: SAGOConfig | None = None,
+        tokenizer: Any = None,
+        overwrite: bool = False,
+        soft_failures: bool = False,
         **options: Any,
     ) -> None:
         self.sets = resolve_sets(sets)
@@ -176,6 +186,11 @@ class SAGOCallback(TrainerCallback):
         self.guard_reporters = guard_reporters
         self.log_unstable_groups = log_unstable_groups
         self.evaluate_at_end = evaluate_at_end
+        self.tokenizer = tokenizer
+        self.overwrite = overwrite
+        self.soft_failures = soft_failures
+        self._cannot_evaluate: str | None = None  # why no evaluation can run (soft_failures), else None
+        self._locked: Path | None = None
         self.trainer: Any | None = None
         self.monitor: MonitorState | None = None
         self.last_result: EvalResult | None = None
@@ -220,13 +235,12 @@ class SAGOCallback(TrainerCallback):
         # Resuming replaces stateful callbacks (early stopping) with restored instances: find them afresh.
         self._listeners = []
         self._discover()
+        self._check_can_evaluate(kwargs)
         self.monitor = MonitorState(Path(args.output_dir) / "sago")
         resumed = state.global_step > 0
         main = distributed.is_main_process()
+        self._claim_output(resumed, main)
         self.monitor.load(state.global_step if resumed else None, write=main)
-        if not resumed and main and self.monitor.history_path.exists():
-            self.monitor.history = []
-            self.monitor._rewrite_history()
         self._done = {int(h["step"]): {} for h in self.monitor.history}
         self._check_listeners()
         self._own_cadence = self._cadence(args, state)
@@ -235,6 +249,72 @@ class SAGOCallback(TrainerCallback):
         self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
         if self.baseline and state.global_step not in self._done and not resumed:
             self._evaluate(args, state, control, kwargs)
+
+    def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
+        """The tokenizer to evaluate with and where it came from."""
+        candidates = [(self.tokenizer, "SAGOCallback(tokenizer=...)"),
+                      (kwargs.get("processing_class"), "the Trainer's processing_class"),
+                      (kwargs.get("tokenizer"), "the Trainer's tokenizer"),
+                      (getattr(self.trainer, "processing_class", None), "the Trainer's processing_class"),
+                      (getattr(getattr(self.trainer, "data_collator", None), "tokenizer", None),
+                       "the Trainer's data_collator.tokenizer")]
+        for tok, origin in candidates:
+            if tok is not None and not callable(getattr(tok, "decode", None)):
+                tok = getattr(tok, "tokenizer", None)  # a processor wrapping a tokenizer
+            if tok is not None:
+                return tok, origin
+        return None, ""
+
+    def _check_can_evaluate(self, kwargs: dict[str, Any]) -> None:
+        """Fail at train start when no evaluation could ever run, instead of skipping each one silently."""
+        from .errors import SagoInputError
+
+        tok, origin = self._find_tokenizer(kwargs)
+        if kwargs.get("model") is None:
+            problem = "SAGOCallback has no model to evaluate (the Trainer passed none to its callbacks)"
+        elif tok is None:
+            problem = ("SAGOCallback has no tokenizer: pass processing_class=tokenizer to the Trainer, or "
+                       "SAGOCallback(..., tokenizer=tokenizer)")
+        else:
+            self._cannot_evaluate = None
+            if distributed.is_main_process():
+                name = getattr(tok, "name_or_path", "") or type(tok).__name__
+                log = logger.warning if "data_collator" in origin else logger.info
+                log("sago: evaluating with the tokenizer %s from %s", name, origin)
+            return
+        if not self.soft_failures:
+            raise SagoInputError(problem, hint="or SAGOCallback(soft_failures=True) to train on and count each "
+                                               "skipped evaluation in failures")
+        self._cannot_evaluate = problem
+        logger.error("sago: %s; every evaluation will be skipped and counted in failures (soft_failures=True)",
+                     problem)
+
+    def _claim_output(self, resumed: bool, main: bool) -> None:
+        """Hold the run directory (one process at a time) and refuse to replace another run's history. Rank 0
+        decides; every rank raises the same error, so none waits in a collective for a rank that stopped."""
+        from .errors import SagoInputError
+        from .io import acquire_run_lock
+        from .monitoring import claim_history
+
+        error = None
+        if main and self.monitor is not None:
+            try:
+                if self._locked is None:
+                    self._locked = acquire_run_lock(self.monitor.root)
+                claim_history(self.monitor.root, resuming=resumed, overwrite=self.overwrite)
+            except SagoInputError as err:
+                error = str(err)
+        error = distributed.broadcast_object(error)
+        if error is not None:
+            self._release_lock()
+            raise SagoInputError(error)
+
+    def _release_lock(self) -> None:
+        if self._locked is not None:
+            from .io import release_run_lock
+
+            release_run_lock(self._locked.parent)
+            self._locked = None
 
     def _check_listeners(self) -> None:
         """Early stopping must watch a monitored set and a computed axis: fail before training, not later."""
@@ -336,10 +416,13 @@ class SAGOCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         # Only a fallback: the final evaluation normally runs at the last step (see on_step_end); after
         # load_best_model_at_end the weights are the best checkpoint's, so measuring them here would mislabel.
-        if not self.evaluate_at_end or self.monitor is None or args.load_best_model_at_end:
-            return
-        if state.global_step not in self._done and state.global_step not in self._attempted:
-            self._evaluate(args, state, control, kwargs)
+        try:
+            if not self.evaluate_at_end or self.monitor is None or args.load_best_model_at_end:
+                return
+            if state.global_step not in self._done and state.global_step not in self._attempted:
+                self._evaluate(args, state, control, kwargs)
+        finally:
+            self._release_lock()
 
     # ------------------------------------------------------------------ evaluation
     def _progress(self, args: TrainingArguments, total: int) -> tuple[Callable[[int], None] | None, Any]:
@@ -374,11 +457,13 @@ class SAGOCallback(TrainerCallback):
     def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                   kwargs: dict[str, Any]) -> dict[str, float]:
         model = kwargs.get("model")
-        tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")
-        if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
-            tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping a tokenizer
+        tokenizer, _ = self._find_tokenizer(kwargs)
         if model is None or tokenizer is None or self.monitor is None:
-            logger.warning("sago: no model or tokenizer available to the callback; skipping evaluation")
+            # Only reachable with soft_failures=True (otherwise on_train_begin failed): counted, never silent.
+            reason = self._cannot_evaluate or "SAGOCallback has no model or tokenizer"
+            self._attempted.add(state.global_step)
+            self.failures.append({"step": state.global_step, "error": f"skipped: {reason}"})
+            logger.warning("sago: evaluation at step %d skipped: %s", state.global_step, reason)
             return {}
         start = time.perf_counter()
         self._attempted.add(state.global_step)

@@ -184,7 +184,8 @@ def _build(cls: type, section: str, data: Any, source: str | None) -> Any:
                              source=source, key=section)
     names = [f.name for f in dataclasses.fields(cls)]
     _check_keys(section, data, names, source)
-    if cls.__module__ == __name__:  # the recipe's own sections; StabilityConfig etc. validate themselves
+    if cls in (ModelSection, LoraSection, DataSection, MonitorSection, EarlyStoppingSection):
+        # the recipe's own sections; StabilityConfig etc. validate themselves
         _check_types(cls, section, data, source)
     else:
         _read_scientific(cls, data)
@@ -235,6 +236,15 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         raise SagoInputError(f"recipe written for sago_train {short_repr(str(version))[1:-1]}, this is "
                              f"{__version__}", source=source,
                              line=lines.get("sago_train_version"), key="sago_train_version")
+    name = data.get("name")
+    if name is None:  # from the file name: made a valid run name rather than refused
+        name = re.sub(r"[^A-Za-z0-9_.\-]", "_", Path(source).stem if source else "run").lstrip("._-")[:100] or "run"
+    else:
+        validate_run_name(name, source=source, line=lines.get("name"), key="name")
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):
+        raise SagoInputError(f"expected a string, got {_type_name(description)} {short_repr(description)}",
+                             source=source, line=lines.get("description"), key="description")
     trainer = data.get("trainer", "trainer")
     if trainer not in TRAINERS:
         raise SagoInputError(f"unknown trainer {short_repr(trainer)}."
@@ -304,19 +314,10 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     training = data.get("training") or {}
     if not isinstance(training, dict):
         raise SagoInputError("expected a mapping for section 'training'", source=source, key="training")
+    check_deepspeed(training, source, getattr(training, "lines", {}).get("deepspeed"),
+                    Path(source).resolve().parent if source else Path.cwd())
     _check_keys("training", training, _training_fields(trainer), source)
     _check_types(_training_class(trainer), "training", training, source)
-    name = data.get("name")
-    if name is None:  # from the file name: made a valid run name rather than refused
-        name = re.sub(r"[^A-Za-z0-9_.\-]", "_", Path(source).stem if source else "run").lstrip("._-")[:100] or "run"
-    else:
-        validate_run_name(name, source=source, line=lines.get("name"), key="name")
-    description = data.get("description")
-    if description is not None and not isinstance(description, str):
-        raise SagoInputError(f"expected a string, got {_type_name(description)} {short_repr(description)}",
-                             source=source, line=lines.get("description"), key="description")
-    check_deepspeed(training, source, getattr(training, "lines", {}).get("deepspeed"),
-                     Path(source).resolve().parent if source else Path.cwd())
     return Recipe(
         sago_train_version=str(version),
         name=name,

@@ -222,7 +222,7 @@ def validate_group(g: VariantGroup) -> None:
         found = find_lone_surrogate(x)
         if found is not None:
             raise SagoInputError(
-                f"variant {i} contains a lone UTF-16 surrogate {found[1].encode('unicode_escape').decode()!r}, "
+                f"variant {i} contains a lone UTF-16 surrogate '{found[1].encode('unicode_escape').decode()}', "
                 "which is not valid Unicode text", key="variants",
             )
     if g.kinds is not None:
@@ -333,7 +333,7 @@ def read_jsonl(
                     )
             if not raw.strip():
                 continue
-            yield lineno, _parse_line(raw, str(p), lineno)
+            yield lineno, _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
 
 
 def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
@@ -360,7 +360,7 @@ def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
         if found is not None:
             where, char = found
             raise SagoInputError(
-                f"a lone UTF-16 surrogate {char.encode('unicode_escape').decode()!r} is not valid Unicode text",
+                f"a lone UTF-16 surrogate '{char.encode('unicode_escape').decode()}' is not valid Unicode text",
                 source=source, line=lineno, key=where or None,
                 hint="write the character itself, or a surrogate pair for characters outside the BMP",
             )
