@@ -83,9 +83,14 @@ def check_output_dir(path: str | os.PathLike[str], *, what: str = "output direct
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise SagoInputError(f"cannot create {what} {p}: {probe} is a file, not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise SagoInputError(f"{what} {p} is not writable ({probe} does not allow writing)",
-                             hint="choose a directory you can write to")
+    # Try it: os.access says yes to root everywhere, also where writing fails (/proc, a read-only mount).
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".sago-write-check.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise SagoInputError(f"{what} {p} is not writable ({probe}: {err.strerror})",
+                             hint="choose a directory you can write to") from None
     return p
 
 
