@@ -99,10 +99,6 @@ LOCK_NAME = "run.lock"
 _held: dict[Path, tuple[Any, int]] = {}  # lock path -> (open file, how many holders in this process)
 
 
-class RunLockedError(RuntimeError):
-    """Another live process holds the run directory (see :func:`acquire_run_lock`)."""
-
-
 def _lock_owner(path: Path) -> dict[str, Any]:
     try:
         owner = json.loads(path.read_text(encoding="utf-8")[:4096] or "{}")
@@ -161,7 +157,7 @@ def acquire_run_lock(directory: str | os.PathLike[str]) -> Path:
 
 
 def release_run_lock(directory: str | os.PathLike[str]) -> None:
-    """Drop one hold of :func:`acquire_run_lock`; the last one unlocks (the file stays, it is harmless)."""
+    """Drop one hold of :func:`acquire_run_lock`; the last one empties the file and unlocks."""
     path = (Path(directory) / LOCK_NAME).resolve()
     if path not in _held:
         return
@@ -170,6 +166,11 @@ def release_run_lock(directory: str | os.PathLike[str]) -> None:
         _held[path] = (f, n - 1)
         return
     del _held[path]
+    try:  # an empty file means "released cleanly"; a dead owner's pid left in it means a stale lock
+        f.seek(0)
+        f.truncate()
+    except OSError:
+        pass
     f.close()  # closing the descriptor releases the flock
 
 
