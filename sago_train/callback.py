@@ -21,6 +21,7 @@ import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from . import distributed
+from .callback_setup import check_can_evaluate, claim_run_dir, find_tokenizer
 from .config import SAGOConfig
 from .data.groups import SetsLike, resolve_sets
 from .evaluator import SAGOEvaluator
@@ -239,7 +240,7 @@ class SAGOCallback(TrainerCallback):
         self.monitor = MonitorState(Path(args.output_dir) / "sago")
         resumed = state.global_step > 0
         main = distributed.is_main_process()
-        self._claim_output(resumed, main)
+        self._claim_output(resumed)
         self.monitor.load(state.global_step if resumed else None, write=main)
         self._done = {int(h["step"]): {} for h in self.monitor.history}
         self._check_listeners()
@@ -251,63 +252,17 @@ class SAGOCallback(TrainerCallback):
             self._evaluate(args, state, control, kwargs)
 
     def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
-        """The tokenizer to evaluate with and where it came from."""
-        candidates = [(self.tokenizer, "SAGOCallback(tokenizer=...)"),
-                      (kwargs.get("processing_class"), "the Trainer's processing_class"),
-                      (kwargs.get("tokenizer"), "the Trainer's tokenizer"),
-                      (getattr(self.trainer, "processing_class", None), "the Trainer's processing_class"),
-                      (getattr(getattr(self.trainer, "data_collator", None), "tokenizer", None),
-                       "the Trainer's data_collator.tokenizer")]
-        for tok, origin in candidates:
-            if tok is not None and not callable(getattr(tok, "decode", None)):
-                tok = getattr(tok, "tokenizer", None)  # a processor wrapping a tokenizer
-            if tok is not None:
-                return tok, origin
-        return None, ""
+        return find_tokenizer(self.tokenizer, kwargs, self.trainer)
 
     def _check_can_evaluate(self, kwargs: dict[str, Any]) -> None:
         """Fail at train start when no evaluation could ever run, instead of skipping each one silently."""
-        from .errors import SagoInputError
+        self._cannot_evaluate = check_can_evaluate(kwargs, self._find_tokenizer(kwargs),
+                                                   soft_failures=self.soft_failures)
 
-        tok, origin = self._find_tokenizer(kwargs)
-        if kwargs.get("model") is None:
-            problem = "SAGOCallback has no model to evaluate (the Trainer passed none to its callbacks)"
-        elif tok is None:
-            problem = ("SAGOCallback has no tokenizer: pass processing_class=tokenizer to the Trainer, or "
-                       "SAGOCallback(..., tokenizer=tokenizer)")
-        else:
-            self._cannot_evaluate = None
-            if distributed.is_main_process():
-                name = getattr(tok, "name_or_path", "") or type(tok).__name__
-                log = logger.warning if "data_collator" in origin else logger.info
-                log("sago: evaluating with the tokenizer %s from %s", name, origin)
-            return
-        if not self.soft_failures:
-            raise SagoInputError(problem, hint="or SAGOCallback(soft_failures=True) to train on and count each "
-                                               "skipped evaluation in failures")
-        self._cannot_evaluate = problem
-        logger.error("sago: %s; every evaluation will be skipped and counted in failures (soft_failures=True)",
-                     problem)
-
-    def _claim_output(self, resumed: bool, main: bool) -> None:
-        """Hold the run directory (one process at a time) and refuse to replace another run's history. Rank 0
-        decides; every rank raises the same error, so none waits in a collective for a rank that stopped."""
-        from .errors import SagoInputError
-        from .io import acquire_run_lock
-        from .monitoring import claim_history
-
-        error = None
-        if main and self.monitor is not None:
-            try:
-                if self._locked is None:
-                    self._locked = acquire_run_lock(self.monitor.root)
-                claim_history(self.monitor.root, resuming=resumed, overwrite=self.overwrite)
-            except SagoInputError as err:
-                error = str(err)
-        error = distributed.broadcast_object(error)
-        if error is not None:
-            self._release_lock()
-            raise SagoInputError(error)
+    def _claim_output(self, resumed: bool) -> None:
+        if self.monitor is not None:
+            self._locked = claim_run_dir(self.monitor.root, resumed=resumed, overwrite=self.overwrite,
+                                         locked=self._locked)
 
     def _release_lock(self) -> None:
         if self._locked is not None:

@@ -68,7 +68,8 @@ def open_regular_file(path: str | os.PathLike[str], *, max_bytes: int, what: str
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise SagoInputError(f"{what} not found: {p}", hint="check the path") from None
+        noun = "recipe" if what == "recipe" else "file"  # the words users and scripts already match on
+        raise SagoInputError(f"{noun} not found: {p}", hint="check the path") from None
     except IsADirectoryError:
         raise SagoInputError(f"{p} is a directory, expected a {what}") from None
     except OSError as err:

@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from .data.groups import VariantSet, read_jsonl
+from .data.groups import VariantSet, read_jsonl, too_long_variant
 from .errors import SagoInputError
+from .limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from .recipe import Recipe
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def load_located_records(recipe: Recipe, value: str, what: str) -> tuple[list[di
     """The records and, for a local JSONL file, the line of each (None for a hub dataset)."""
     path = recipe.resolve_path(value)
     if Path(path).exists():
-        pairs = list(read_jsonl(path))
+        pairs = list(read_jsonl(path, max_file_bytes=MAX_TRAIN_FILE_BYTES, what="training data file"))
         return [rec for _, rec in pairs], [n for n, _ in pairs]
     try:
         import datasets
@@ -83,9 +84,17 @@ def validate_groups(
         if "id" in rec:
             where += f" '{rec['id']}'"
         try:
-            group, _ = _group_of(rec, i, label=where)
+            group, target = _group_of(rec, i, label=where)
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, line=line, key=err.key, hint=err.hint) from None
+        long_variant = too_long_variant(group)
+        if long_variant is not None or len(target) > MAX_VARIANT_CHARS:
+            # The collator would tokenize it mid-training; megabytes of text can exhaust memory there.
+            what = f"variant {long_variant}" if long_variant is not None else "the target"
+            raise SagoInputError(f"{where}: {what} is longer than {MAX_VARIANT_CHARS:,} characters "
+                                 "(MAX_VARIANT_CHARS)", source=source, line=line,
+                                 key="variants" if long_variant is not None else "target",
+                                 hint="shorten it or drop the group")
         if first is None:
             first = (group.k, line)
         elif batch_size > 1 and group.k != first[0]:
@@ -96,6 +105,20 @@ def validate_groups(
                 source=source, line=line, key="variants",
                 hint="give every group the same K, or set training.per_device_train_batch_size: 1",
             )
+
+
+def _check_sft_lengths(records: list[Any], source: str, lines: list[int] | None) -> None:
+    """Text fields longer than ``MAX_VARIANT_CHARS`` are refused before anything tokenizes them (tokenizing
+    tens of megabytes at once can exhaust memory); ``data.max_length`` truncates tokens, not characters."""
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            continue
+        for key in ("prompt", "completion", "text"):
+            value = rec.get(key)
+            if isinstance(value, str) and len(value) > MAX_VARIANT_CHARS:
+                raise SagoInputError(f"'{key}' is longer than {MAX_VARIANT_CHARS:,} characters (MAX_VARIANT_CHARS)",
+                                     source=source, line=lines[i] if lines is not None else i + 1, key=key,
+                                     hint="split the record into smaller ones")
 
 
 def tokenize_sft(records: list[dict[str, Any]], tokenizer: Any, max_length: int | None, source: str) -> list[dict]:
@@ -191,6 +214,8 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         first_line = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         raise SagoInputError(f"invalid training arguments: {first_line}", source=recipe.source,
                              key="training") from None
+    if fmt == "sft":
+        _check_sft_lengths(records, src, lines)
     if fmt == "groups":
         validate_groups(records, src, lines=lines, batch_size=args.per_device_train_batch_size)
         if eval_records is not None:

@@ -421,3 +421,24 @@ def test_run_name_option_cannot_leave_the_runs_folder(tmp_path: Path, capsys: py
         validate_run_name("../../../../x")
     assert_one_error_line(run_cli_limited(argv, cwd=work), "invalid run name")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and not any(work.iterdir()), "wrote outside runs/"
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"variants": ["x" * 1_000_001, "short"], "target": " t"}, "variant 0 is longer than 1,000,000 characters"),
+    ({"variants": ["a", "b"], "target": "t" * 1_000_001}, "the target is longer than 1,000,000 characters"),
+    ({"prompt": "p" * 1_000_001, "completion": " c"}, "'prompt' is longer than 1,000,000 characters"),
+])
+def test_overlong_training_text_fails_before_the_model_loads(record: dict[str, Any], expected: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Training records are tokenized by the collator in the middle of training: the length cap is checked up
+    front (an error: a training record cannot be skipped without changing what is trained on)."""
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"variants": ["a", "b"], "target": " ok"} if "variants" in record
+                               else {"prompt": "a", "completion": " b"}) + "\n" + json.dumps(record) + "\n")
+    recipe = groups_recipe(tmp_path, data)
+    if "prompt" in record:
+        recipe.write_text(recipe.read_text().replace("stability:\n  act_weight: 0.5\n", ""))
+    rc, _, err = run_cli(["run", str(recipe), "--dry-run", "--output-dir", str(tmp_path / "run")], capsys)
+    assert rc == 2 and "train.jsonl:2: " in err and expected in err and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(SagoInputError, match=expected):
+        build_trainer(load_recipe(recipe), output_dir=str(tmp_path / "api"))
