@@ -68,6 +68,8 @@ def claim_run_dir(sago_dir: Path, *, resumed: bool, overwrite: bool, locked: Pat
             claim_history(sago_dir, resuming=resumed, overwrite=overwrite)
         except SagoInputError as err:
             error = str(err)
+        except OSError as err:  # e.g. an output_dir that cannot be created
+            error = f"cannot use {sago_dir} for the SAGO history: {err.strerror or err}"
     error = distributed.broadcast_object(error)
     if error is not None:
         if locked is not None:

@@ -376,3 +376,4 @@ def test_callback_without_a_tokenizer_fails_at_train_begin(tmp_path, caplog):
     cb = SAGOCallback(variant_set(), eval_steps=2, tokenizer=tok, **FAST)
     _trainer_without_processing_class(tmp_path / "d", cb).train()
     assert [h["step"] for h in _history(tmp_path / "d")] == [0, 2] and not cb.failures
+
