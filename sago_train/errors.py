@@ -45,8 +45,13 @@ class SagoInputError(ValueError):
             where += ": "
         elif self.line is not None:
             where = f"line {self.line}: "
+        from .limits import MAX_ERROR_CHARS
+
         field = f"field '{self.key}': " if self.key is not None else ""
-        text = f"{where}{field}{self.message}"
+        message = self.message
+        if len(message) > MAX_ERROR_CHARS:  # a safety net: values should be quoted through short_repr
+            message = message[:MAX_ERROR_CHARS] + f"... ({len(self.message) - MAX_ERROR_CHARS:,} more characters)"
+        text = f"{where}{field}{message}"
         if self.hint:
             text += f" ({self.hint})"
         return text

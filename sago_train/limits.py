@@ -37,8 +37,9 @@ MAX_VARIANT_TOKENS = 262_144
 # counted as often as it is used): a "billion laughs" recipe is refused instead of expanded.
 MAX_RECIPE_BYTES = 1 * MiB
 MAX_RECIPE_EXPANDED = 1_000_000
-# Characters of a user value quoted in an error message (see errors.short_repr).
+# Characters of a user value quoted in an error message (see errors.short_repr), and of a whole message.
 MAX_REPR_CHARS = 80
+MAX_ERROR_CHARS = 2000
 
 
 def human_bytes(n: int) -> str:

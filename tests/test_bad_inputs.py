@@ -442,3 +442,21 @@ def test_overlong_training_text_fails_before_the_model_loads(record: dict[str, A
     assert rc == 2 and "train.jsonl:2: " in err and expected in err and len(err.strip().splitlines()) == 1, err
     with pytest.raises(SagoInputError, match=expected):
         build_trainer(load_recipe(recipe), output_dir=str(tmp_path / "api"))
+
+
+@pytest.mark.parametrize("section", [
+    'early_stopping:\n  metric: "sago/{big}/activation"\n',
+    "monitor:\n  sets: {{p: sago://demo/paraphrase.jsonl}}\n  options:\n    max_new_tokens: [{ints}]\n",
+    'name: "{big}"\n',
+    'trainer: "{big}"\n',
+])
+def test_error_lines_stay_short_whatever_the_value(section: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A 300 KB value (well inside MAX_RECIPE_BYTES) in a recipe makes an error line of at most a few KB."""
+    recipe = tmp_path / "long_values.yaml"
+    recipe.write_text('sago_train_version: "0.1.0"\nmodel:\n  path: sago://tiny-llama\n'
+                      "data:\n  train: sago://demo/groups.jsonl\n"
+                      + section.format(big="x" * 300_000, ints=", ".join(["7"] * 60_000)), encoding="utf-8")
+    rc, _, err = run_cli(["run", str(recipe), "--dry-run", "--output-dir", str(tmp_path / "run")], capsys)
+    assert rc == 2 and "Traceback" not in err, err[:3000]
+    assert len(err.strip().splitlines()) == 1 and len(err) < 3000, err[:3000]
