@@ -303,12 +303,12 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         es_line = getattr(data.get("early_stopping"), "lines", {}).get("metric")
         if stopper.set_name not in monitor.sets:
             raise SagoInputError(
-                f"early stopping watches set '{stopper.set_name}', which is not in monitor.sets "
+                f"early stopping watches set {short_repr(stopper.set_name)}, which is not in monitor.sets "
                 f"({', '.join(monitor.sets) or 'none'}){did_you_mean(stopper.set_name, list(monitor.sets))}",
                 source=source, key="early_stopping.metric", line=es_line)
         if stopper.axis not in [*monitor_config.axes, "instability"]:
             raise SagoInputError(
-                f"early stopping watches axis '{stopper.axis}', which is not computed (axes: "
+                f"early stopping watches axis {short_repr(stopper.axis)}, which is not computed (axes: "
                 f"{', '.join(monitor_config.axes)}, instability)", source=source, key="early_stopping.metric",
                 line=es_line)
     training = data.get("training") or {}

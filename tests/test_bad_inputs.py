@@ -249,6 +249,7 @@ ISSUE_12_CORPUS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ISSUE_12_CORPUS)
 def test_issue_12_corpus_in_a_limited_subprocess(name: str, tmp_path: Path) -> None:
     from ._limited import assert_one_error_line, run_cli_limited
@@ -319,6 +320,7 @@ def _write_50mb_variant_set(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12 case 2: tokenized whole, a 50 MB variant took ~9 GB and a SIGABRT; now its group is skipped and
@@ -382,6 +384,7 @@ def test_out_naming_a_file_fails_before_the_model_loads(tmp_path: Path, capsys: 
     assert_one_error_line(run_cli_limited(["eval", "--out", str(existing), "--quiet"]), "--out", str(existing))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["{}", '{"base_model_name_or_path": null}', "[1, 2]", "{not json"])
 def test_adapter_config_without_a_base_model(config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 12 case 5: {} was a KeyError traceback; null a misleading 'couldn't connect to huggingface.co'."""
