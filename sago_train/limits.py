@@ -93,3 +93,17 @@ def open_regular_file(path: str | os.PathLike[str], *, max_bytes: int, what: str
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_bounded_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_SET_FILE_BYTES,
+                      what: str = "file") -> str:
+    """A whole small file (templates, a JSON list of examples) as UTF-8 text (a BOM dropped), through
+    :func:`open_regular_file`: never a FIFO or device, never more than ``max_bytes``."""
+    with open_regular_file(path, max_bytes=max_bytes, what=what) as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise SagoInputError(f"{path} grew past the limit of {human_bytes(max_bytes)} for a {what} while read")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SagoInputError("not valid UTF-8", source=str(path), hint="save the file as UTF-8") from None

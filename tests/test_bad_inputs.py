@@ -463,3 +463,25 @@ def test_error_lines_stay_short_whatever_the_value(section: str, tmp_path: Path,
     rc, _, err = run_cli(["run", str(recipe), "--dry-run", "--output-dir", str(tmp_path / "run")], capsys)
     assert rc == 2 and "Traceback" not in err, err[:3000]
     assert len(err.strip().splitlines()) == 1 and len(err) < 3000, err[:3000]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo_without_writer"])
+def test_generator_inputs_are_not_read_from_pipes_or_devices(kind: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from sago_train.data.generators import load_text_list
+
+    special = Path("/dev/zero")
+    if kind == "fifo_without_writer":
+        special = tmp_path / "fifo.json"
+        os.mkfifo(special)
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text('{"id": "e1", "prompt": "What is 2+2?"}\n')
+    for argv in (["--input", str(examples), "--templates", str(special)], ["--input", str(special), "--typo-rate", "0.1"]):
+        rc, _, err = run_cli(["variants", *argv, "--out", str(tmp_path / "out.jsonl")], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "expected a" in err, err
+        assert "is a character device" in err or "is a FIFO" in err, err
+    with time_limit(10), pytest.raises(SagoInputError, match="is a character device|is a FIFO"):
+        load_text_list(special)
+    with time_limit(10), pytest.raises(SagoInputError, match="is a character device|is a FIFO"):
+        load_examples(special)
