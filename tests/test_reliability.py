@@ -377,3 +377,37 @@ def test_callback_without_a_tokenizer_fails_at_train_begin(tmp_path, caplog):
     _trainer_without_processing_class(tmp_path / "d", cb).train()
     assert [h["step"] for h in _history(tmp_path / "d")] == [0, 2] and not cb.failures
 
+
+
+def test_two_training_processes_on_one_directory(tmp_path):
+    """Issue 12 case 7: two `sago-train run` into one output_dir both exited 0 and one history replaced the
+    other's. Now the second is refused while the first trains, and the first's history is whole."""
+    import subprocess
+    import time
+
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    recipe, out = _small_recipe(tmp_path), tmp_path / "out"
+    # Long enough (~50 evaluations) that the second process starts and checks while the first still trains.
+    recipe.write_text(recipe.read_text().replace("max_steps: 2", "max_steps: 200").replace("eval_steps: 2",
+                                                                                           "eval_steps: 4"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
+           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    first = subprocess.Popen([sys.executable, "-m", "sago_train.cli.main", "run", str(recipe), "--output-dir",
+                              str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = out / "sago" / "run.lock"
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and f'"pid": {first.pid}' in lock.read_text()):
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first run never took the lock"
+            time.sleep(0.1)
+        second = run_cli_limited(["run", str(recipe), "--output-dir", str(out)])
+        running = first.poll() is None
+        _, err = first.communicate(timeout=600)
+    finally:
+        first.kill()
+    assert running, "the first run ended before the second was tried: the test proves nothing"
+    assert_one_error_line(second, f"is in use by process {first.pid}")
+    assert first.returncode == 0, err[-3000:]
+    assert [h["step"] for h in _history(out)] == list(range(0, 201, 4))
