@@ -411,3 +411,18 @@ def test_two_training_processes_on_one_directory(tmp_path):
     assert_one_error_line(second, f"is in use by process {first.pid}")
     assert first.returncode == 0, err[-3000:]
     assert [h["step"] for h in _history(out)] == list(range(0, 201, 4))
+
+
+def test_cli_resume_keeps_the_history_and_continues_it(tmp_path, capsys):
+    from sago_train.cli.main import main
+
+    recipe, out = _small_recipe(tmp_path), tmp_path / "out"
+    save = ["--training.save_strategy", "steps", "--training.save_steps", "2"]
+    assert main(["run", str(recipe), "--output-dir", str(out), *save]) == 0
+    first = (out / "sago" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in first] == [0, 2] and (out / "checkpoint-2").is_dir()
+    capsys.readouterr()
+    assert main(["run", str(recipe), "--output-dir", str(out), "--resume", "--training.max_steps", "4", *save]) == 0
+    assert "resuming from" in capsys.readouterr().out
+    after = (out / "sago" / "history.jsonl").read_text().splitlines()
+    assert after[:2] == first and [json.loads(x)["step"] for x in after] == [0, 2, 4]
