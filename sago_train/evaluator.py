@@ -15,16 +15,18 @@ from torch import nn
 from . import distributed
 from .axes import AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from .config import SAGOConfig
-from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets
-from .errors import SagoInputError
+from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets, too_long_variant
+from .errors import SagoInputError, short_repr
 from .extraction import Extractor, context_length, encode_continuation, encode_variant
 from .findings import split_halves
 from .layers import num_decoder_layers, resolve_layers
+from .limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
 from .results import EvalResult, GroupResult, SetResult
 from .similarity import get_similarity
 
 SKIP_TOO_LONG = "prompt longer than the model's context"
 SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"
+SKIP_TOO_MANY_CHARS = f"a variant longer than {MAX_VARIANT_CHARS:,} characters"
 
 
 def _variant_text(variant: Any) -> str:
@@ -181,22 +183,31 @@ class SAGOEvaluator:
     ) -> tuple[list[tuple[int, GroupResult, dict[str, Any]]], dict[str, int], dict[str, Any]]:
         cfg = self.config
         tok = self.tokenizer
-        ctx = context_length(self.model)
+        ctx = context_length(self.model) or MAX_VARIANT_TOKENS
         groups: list[tuple[int, VariantGroup, list[list[int]]]] = []
         skipped: dict[str, int] = {}
         gen_budget = cfg.max_new_tokens
         for i in indices:
             g = vs[i]
+            long_variant = too_long_variant(g)
+            if long_variant is not None:  # counted before tokenizing: megabytes of text can exhaust memory
+                if cfg.strict:
+                    raise SagoInputError(
+                        f"group {short_repr(g.id)}: variant {long_variant} is longer than {MAX_VARIANT_CHARS:,} "
+                        "characters (MAX_VARIANT_CHARS)", source=vs.source,
+                        hint="shorten it, or drop --strict to skip and count the group")
+                skipped[SKIP_TOO_MANY_CHARS] = skipped.get(SKIP_TOO_MANY_CHARS, 0) + 1
+                continue
             try:
                 prompts = [encode_variant(v, tok) for v in g.variants]
             except SagoInputError as err:
-                raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group '{g.id}'") from None
+                raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group {short_repr(g.id)}") from None
             ref_len = len(encode_continuation(g.reference, tok)) if g.reference else 0
             longest = max(len(p) for p in prompts) + max(gen_budget, ref_len)
-            if ctx is not None and longest > ctx:
+            if longest > ctx:
                 if cfg.strict:
                     raise SagoInputError(
-                        f"group '{g.id}' needs {longest} tokens (prompt + continuation) but the model's context "
+                        f"group {short_repr(g.id)} needs {longest} tokens (prompt + continuation) but the model's context "
                         f"is {ctx}",
                         source=vs.source,
                         hint="shorten the prompt, lower --max-new-tokens, or drop --strict to skip and count it",

@@ -72,6 +72,10 @@ def _init_distributed() -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # validate options before loading anything heavy
+    if args.out:  # an existing file or an unwritable folder fails now, not after the whole evaluation
+        from ..io import check_output_dir
+
+        check_output_dir(args.out, what="--out")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
