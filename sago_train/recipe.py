@@ -160,7 +160,10 @@ class Recipe:
     def resolve_path(self, value: str) -> str:
         """``sago://x`` -> a package asset; a relative path -> relative to the recipe file."""
         if value.startswith(SCHEME):
-            return str(ASSETS / value[len(SCHEME):])
+            from .real_model import real_model_for
+
+            # A real model (sago://smollm2-135m-instruct) is converted into the cache when it is loaded.
+            return value if real_model_for(value) else str(ASSETS / value[len(SCHEME):])
         p = Path(os.path.expanduser(value))
         if p.is_absolute():
             return str(p)
