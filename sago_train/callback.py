@@ -434,6 +434,8 @@ class SAGOCallback(TrainerCallback):
             "baseline": self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step,
             "compare": compare,
             "correctness": {n: s.correctness for n, s in result.sets.items()},
+            "resolved": result.config.get("resolved"),
+            "warnings": list(result.warnings),
             "runtime_s": seconds,
         }
         try:

@@ -116,6 +116,8 @@ class EvalResult:
     model: str
     config: dict[str, Any]
     seed: int = 0
+    #: Degenerate-output warnings (empty or cross-group identical generations), naming the likely cause.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def axes(self) -> list[str]:
@@ -143,6 +145,7 @@ class EvalResult:
                 "sets": {name: s.summary() for name, s in self.sets.items()},
                 "instability": self.instability().to_dict(),
                 "axis_correlation": self.axis_correlation().to_dict(),
+                "warnings": list(self.warnings),
             }
         )
 
