@@ -33,7 +33,7 @@ CAPITALS = [
     ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"), ("South Korea", "Seoul"), ("Indonesia", "Jakarta"),
     ("Nigeria", "Abuja"), ("Morocco", "Rabat"), ("Switzerland", "Bern"), ("Belgium", "Brussels"),
     ("the Netherlands", "Amsterdam"), ("Cuba", "Havana"), ("Iran", "Tehran"), ("Iraq", "Baghdad"),
-    ("Ukraine", "Kyiv"), ("Czech Republic", "Prague"), ("New Zealand", "Wellington"), ("Pakistan", "Islamabad"),
+    ("Saudi Arabia", "Riyadh"), ("Czech Republic", "Prague"), ("New Zealand", "Wellington"), ("Pakistan", "Islamabad"),
 ]
 
 # (question, paraphrase, reference)
@@ -55,7 +55,7 @@ SCIENCE = [
     ("What is the closest star to the Earth?", "Which star is nearest to our planet?", "Sun"),
     ("What natural satellite orbits the Earth?", "What is the name of Earth's natural satellite?", "Moon"),
     ("What part of the plant makes food using sunlight?", "Which part of a plant uses sunlight to make food?", "leaf"),
-    ("What is the boiling point of water in degrees Celsius?", "At how many degrees Celsius does water boil?", "100"),
+    ("What color is the sky on a clear day?", "On a clear day, what colour is the sky?", "blue"),
     ("What is the main gas in the air we breathe?", "Which gas makes up most of the air?", "nitrogen"),
     ("What metal is liquid at room temperature?", "Which metal is a liquid at room temperature?", "mercury"),
     ("What do caterpillars turn into?", "What does a caterpillar become?", "butterfly"),
@@ -81,7 +81,7 @@ SCIENCE = [
     ("What layer of gas protects the Earth from ultraviolet rays?", "Which layer of the atmosphere blocks ultraviolet light?", "ozone"),
     ("What is the largest ocean on Earth?", "Which ocean on Earth is the biggest?", "Pacific"),
     ("What is the longest river in the world?", "Which river in the world is the longest?", "Nile"),
-    ("How many planets are in our solar system?", "How many planets does the solar system have?", "eight"),
+    ("What is the name of our galaxy?", "Which galaxy do we live in?", "Milky Way"),
 ]
 
 # (word, opposite)
@@ -114,18 +114,19 @@ def group(set_name: str, gid: str, question: str, paraphrase: str, reference: st
 
 
 def arithmetic() -> list[dict]:
+    """Small sums, differences and easy products: a 135M model gets some right, not most."""
     rng = random.Random("real-sets:arithmetic")
     rows, seen = [], set()
     while len(rows) < 45:
-        op = rng.choice(["plus", "minus", "times"])
+        op = rng.choice(["plus", "plus", "minus", "times"])
         if op == "times":
-            a, b = rng.randint(2, 9), rng.randint(2, 9)
+            a, b = rng.choice([1, 2, 10]), rng.randint(2, 9)
             value, sym, para = a * b, "*", f"If you multiply {a} by {b}, what do you get?"
         elif op == "plus":
-            a, b = rng.randint(2, 30), rng.randint(2, 30)
+            a, b = rng.randint(1, 9), rng.randint(1, 9)
             value, sym, para = a + b, "+", f"If you add {a} and {b}, what do you get?"
         else:
-            a, b = rng.randint(10, 40), rng.randint(1, 9)
+            a, b = rng.randint(5, 12), rng.randint(1, 4)
             value, sym, para = a - b, "-", f"If you take {b} away from {a}, what is left?"
         if (a, op, b) in seen:
             continue
