@@ -436,6 +436,7 @@ class SAGOCallback(TrainerCallback):
             "correctness": {n: s.correctness for n, s in result.sets.items()},
             "resolved": result.config.get("resolved"),
             "warnings": list(result.warnings),
+            "set_level": {n: s.set_level for n, s in result.sets.items() if s.set_level},
             "runtime_s": seconds,
         }
         try:

@@ -12,7 +12,14 @@ import pytest
 
 from sago_train import real_model
 from sago_train.errors import SagoInputError
-from sago_train.real_model import MARKER, REAL_MODELS, cache_root, ensure_cached, real_model_for, resolve_model_path
+from sago_train.real_model import (
+    MARKER,
+    REAL_MODELS,
+    cache_root,
+    ensure_cached,
+    real_model_for,
+    resolve_model_path,
+)
 
 SMOL = REAL_MODELS["smollm2-135m-instruct"]
 
