@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import string
+import unicodedata
 from collections import Counter
 
 import pytest
@@ -33,8 +33,9 @@ RECORDS = [
 
 # ------------------------------------------------------------------ plain reference implementation
 def ref_normalize(s: str) -> str:
+    # SPEC: Unicode punctuation (categories P*) goes; symbols such as "+" and "=" (S*) stay.
     s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = "".join(ch for ch in s if not unicodedata.category(ch).startswith("P"))
     return re.sub(r"\s+", " ", s).strip()
 
 

@@ -42,7 +42,8 @@ def test_chat_rendering_equals_apply_chat_template(real_smollm):
                     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of Peru?"}]]:
         ids = encode_variant(variant, tok, chat=True)
         assert ids == _template_ids(tok, variant)
-        assert ids[-3:] == tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+        cue = tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+        assert ids[-len(cue):] == cue
     # the reference continues the assistant turn: no special tokens of its own
     assert encode_continuation("Paris", tok) == tok("Paris", add_special_tokens=False)["input_ids"]
     assert not set(encode_continuation("Paris", tok)) & set(tok.all_special_ids)
@@ -50,7 +51,7 @@ def test_chat_rendering_equals_apply_chat_template(real_smollm):
 
 def test_batched_evaluation_matches_one_variant_at_a_time(real_smollm):
     model, tok = real_smollm
-    layers = [0, 14, 29]
+    layers = [0, 14, 28]  # the reference reads hidden_states, whose last entry is after the final norm
     vs = VariantSet.from_records(GROUPS, name="real")
     ev = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=9)
     result = ev.evaluate(vs)
@@ -112,7 +113,7 @@ def test_stability_sft_trainer_and_callback_on_the_real_model(real_smollm, tmp_p
         logs = [h for h in trainer.state.log_history if "loss" in h]
         assert logs and all(math.isfinite(h["sago_act_loss"]) and math.isfinite(h["sago_conf_loss"]) for h in logs)
         metrics = callback.last_metrics
-        assert metrics and math.isfinite(metrics["sago/caps/activation"]) and "sago/caps/accuracy" in metrics
+        assert metrics and math.isfinite(metrics["eval_sago/caps/activation"]) and "eval_sago/caps/accuracy" in metrics
         assert callback.last_result.config["resolved"]["chat_template"] == "always"
     finally:
         model.unload()  # the session's base model stays as it was for the other tests
