@@ -406,6 +406,9 @@ class SAGOCallback(TrainerCallback):
         compare = self.monitor.compare(snap, alpha_seed=self.config.seed)
         self.monitor.observe(snap)
         self.last_result = result
+        if distributed.is_main_process():
+            for note in result.warnings:  # degenerate outputs: empty or question-independent generations
+                logger.warning("sago: step %d: %s", state.global_step, note)
         metrics = result.metrics(prefix=PREFIX)
         for name, axes in compare.items():
             for axis, entry in axes.items():

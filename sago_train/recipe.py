@@ -6,7 +6,8 @@ error naming the file, line and key with the closest valid name. YAML is read wi
 semantics only, and ``trust_remote_code`` stays off unless the recipe says so.
 
 Paths are relative to the recipe file; ``sago://...`` names files shipped in the package
-(``sago://tiny-llama`` is the shipped tiny model, ``sago://demo/train.jsonl`` its demo data).
+(``sago://tiny-llama`` is the shipped tiny model, ``sago://demo/train.jsonl`` its demo data,
+``sago://smollm2-135m-instruct`` the real model of :mod:`sago_train.real_model`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class LoraSection:
 @dataclass
 class ModelSection:
     path: str = field(default="sago://tiny-llama", metadata={"help": "Model folder or hub id (sago://tiny-llama "
-                                                                      "is the shipped tiny model)."})
+                                                                      "is the shipped tiny model, "
+                                                                      "sago://smollm2-135m-instruct a real instruct "
+                                                                      "model converted once into the cache)."})
     dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16 (default: the model's)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom model code (off by default)."})
     lora: LoraSection | None = field(default=None, metadata={"help": "LoRA settings (PEFT); omit for full fine-tuning."})
