@@ -446,6 +446,9 @@ class SAGOCallback(TrainerCallback):
         compare = self.monitor.compare(snap, alpha_seed=self.config.seed)
         self.monitor.observe(snap)
         self.last_result = result
+        if distributed.is_main_process():
+            for note in result.warnings:  # degenerate outputs: empty or question-independent generations
+                logger.warning("sago: step %d: %s", state.global_step, note)
         metrics = result.metrics(prefix=PREFIX)
         for name, axes in compare.items():
             for axis, entry in axes.items():
@@ -474,6 +477,8 @@ class SAGOCallback(TrainerCallback):
             "baseline": self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step,
             "compare": compare,
             "correctness": {n: s.correctness for n, s in result.sets.items()},
+            "resolved": result.config.get("resolved"),
+            "warnings": list(result.warnings),
             "set_level": {n: s.set_level for n, s in result.sets.items() if s.set_level},
             "runtime_s": seconds,
         }

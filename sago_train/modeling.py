@@ -56,11 +56,16 @@ def load_model_and_tokenizer(
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer from a local folder (or a cached hub id).
 
-    A folder with ``adapter_config.json`` is a PEFT adapter: its base model is loaded and the adapter
-    applied. ``trust_remote_code`` stays off unless asked for.
+    ``sago://tiny-llama`` and ``sago://smollm2-135m-instruct`` name the shipped tiny model and the real
+    model converted on first use (:mod:`sago_train.real_model`). A folder with ``adapter_config.json`` is a
+    PEFT adapter: its base model is loaded and the adapter applied. ``trust_remote_code`` stays off unless
+    asked for.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .real_model import resolve_model_path
+
+    path = resolve_model_path(path)
     torch_dtype = parse_dtype(dtype)
     local = Path(path)
     if not local.exists() and (str(path).startswith((".", "/", "~")) or str(path).count("/") > 1):

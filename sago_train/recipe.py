@@ -6,7 +6,8 @@ error naming the file, line and key with the closest valid name. YAML is read wi
 semantics only, and ``trust_remote_code`` stays off unless the recipe says so.
 
 Paths are relative to the recipe file; ``sago://...`` names files shipped in the package
-(``sago://tiny-llama`` is the shipped tiny model, ``sago://demo/train.jsonl`` its demo data).
+(``sago://tiny-llama`` is the shipped tiny model, ``sago://demo/train.jsonl`` its demo data,
+``sago://smollm2-135m-instruct`` the real model of :mod:`sago_train.real_model`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SagoInputError, did_you_mean, short_repr
+from .real_model import real_model_for
 from .recipe_sections import (
     SECTIONS,
     TRAINERS,
@@ -73,7 +75,8 @@ class Recipe:
     def resolve_path(self, value: str) -> str:
         """``sago://x`` -> a package asset; a relative path -> relative to the recipe file."""
         if value.startswith(SCHEME):
-            return str(ASSETS / value[len(SCHEME):])
+            # A real model (sago://smollm2-135m-instruct) is converted into the cache when it is loaded.
+            return value if real_model_for(value) else str(ASSETS / value[len(SCHEME):])
         p = Path(os.path.expanduser(value))
         if p.is_absolute():
             return str(p)

@@ -42,7 +42,9 @@ class LoraSection:
 @dataclass
 class ModelSection:
     path: str = field(default="sago://tiny-llama", metadata={"help": "Model folder or hub id (sago://tiny-llama "
-                                                                      "is the shipped tiny model)."})
+                                                                      "is the shipped tiny model, "
+                                                                      "sago://smollm2-135m-instruct a real instruct "
+                                                                      "model converted once into the cache)."})
     dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16 (default: the model's)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom model code (off by default)."})
     lora: LoraSection | None = field(default=None, metadata={"help": "LoRA settings (PEFT); omit for full fine-tuning."})

@@ -146,7 +146,9 @@ def tokenize_sft(records: list[dict[str, Any]], tokenizer: Any, max_length: int 
 
 def build_model(recipe: Recipe) -> tuple[Any, Any]:
     from .modeling import load_model_and_tokenizer
+    from .threads import configure_torch_threads
 
+    configure_torch_threads()
     m = recipe.model
     try:
         model, tokenizer = load_model_and_tokenizer(recipe.resolve_path(m.path), dtype=m.dtype, device="cpu",

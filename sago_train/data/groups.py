@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SagoInputError, did_you_mean, short_repr
+from ..errors import SagoInputError, did_you_mean, short_repr, unknown_name_error
 from ..limits import (
     MAX_LINE_BYTES,
     MAX_SET_FILE_BYTES,
@@ -514,15 +514,25 @@ def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:
     return out
 
 
-def bundled_set_paths() -> dict[str, Path]:
-    """The example sets shipped with the package (``sago_train/assets/sets/*.jsonl``)."""
+#: Collections of bundled sets: ``tiny`` probes the shipped tiny model (``assets/sets/*.jsonl``), ``real``
+#: the real instruct model ``sago://smollm2-135m-instruct`` (``assets/sets/real/*.jsonl``: questions with
+#: short references, kinds canonical/paraphrase/format/typo).
+BUNDLED_COLLECTIONS = ("tiny", "real")
+
+
+def bundled_set_paths(collection: str = "tiny") -> dict[str, Path]:
+    """The example sets shipped with the package, by collection (:data:`BUNDLED_COLLECTIONS`)."""
+    if collection not in BUNDLED_COLLECTIONS:
+        raise unknown_name_error("bundled set collection", collection, BUNDLED_COLLECTIONS, key="set")
     root = Path(__file__).resolve().parent.parent / "assets" / "sets"
+    if collection == "real":
+        root = root / "real"
     return {p.stem: p for p in sorted(root.glob("*.jsonl"))}
 
 
-def bundled_sets() -> dict[str, VariantSet]:
-    """Load the example sets shipped with the package."""
-    return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths().items()}
+def bundled_sets(collection: str = "tiny") -> dict[str, VariantSet]:
+    """Load the example sets shipped with the package (``collection``: ``tiny`` or ``real``)."""
+    return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths(collection).items()}
 
 
 def is_finite_number(x: Any) -> bool:
