@@ -89,7 +89,11 @@ def relative_values(hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     between-group dispersion); and the set's between-group dispersion per layer ``[L]``."""
     import torch
 
-    from sago_train.functional import activation_dispersion, between_group_dispersion, group_between_dispersion
+    from sago_train.functional import (
+        activation_dispersion,
+        between_group_dispersion,
+        group_between_dispersion,
+    )
 
     h = torch.from_numpy(hidden).double().permute(2, 0, 1, 3)  # [L, G, K, H]
     within = activation_dispersion(h)  # [L, G]
