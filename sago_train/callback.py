@@ -434,6 +434,7 @@ class SAGOCallback(TrainerCallback):
             "baseline": self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step,
             "compare": compare,
             "correctness": {n: s.correctness for n, s in result.sets.items()},
+            "set_level": {n: s.set_level for n, s in result.sets.items() if s.set_level},
             "runtime_s": seconds,
         }
         try:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import stats
+from . import findings, stats
 from .data.groups import read_jsonl, type_name
 from .errors import SagoInputError, unknown_name_error
 
@@ -48,6 +48,7 @@ SUMMARY = "summary.json"
 HISTORY = "history.jsonl"
 INSTABILITY = "instability"  # the per-group mean of the axes (a convenience scalar, ranked like an axis)
 ACCURACY = "accuracy"  # from the correctness summary; higher is better, never folded into stability
+ALPHA = 0.05  # a rank flip is robust when the two-sided paired test has p < ALPHA on both sets
 _STEP_SPEC = re.compile(r"^(?P<path>.+)@(?P<step>-?\d+)$")
 
 
@@ -139,6 +140,9 @@ class Evaluation:
             return None
         if axis == INSTABILITY:
             return {r["id"]: _float(r.get(INSTABILITY)) for r in recs}
+        if axis == ACCURACY:  # the share of a group's variants answered right
+            return {r["id"]: (sum(map(bool, r["correct"])) / len(r["correct"]) if r.get("correct") else math.nan)
+                    for r in recs}
         return {r["id"]: _float(r["axes"].get(axis)) for r in recs}
 
     def describe(self) -> str:
@@ -434,12 +438,22 @@ def available_axes(evals: Sequence[Evaluation]) -> list[str]:
     return axes
 
 
-def _separated(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
-    """Whether two 95% CIs do not overlap (None when either has no CI, e.g. accuracy)."""
-    bounds = [a.get("ci_low"), a.get("ci_high"), b.get("ci_low"), b.get("ci_high")]
-    if not all(_is_number(x) for x in bounds):
+def paired_flip_test(a: Evaluation, b: Evaluation, set_name: str, axis: str, *, alpha: float = ALPHA,
+                     seed: int = 0) -> dict[str, Any] | None:
+    """Two-sided paired test of ``a`` vs ``b`` on one set (groups paired by id, Wilcoxon signed-rank):
+    ``{"p_value", "mean_diff" (b - a), "n", "significant"}``, or None without per-group records of both."""
+    va, vb = a.group_values(set_name, axis), b.group_values(set_name, axis)
+    if va is None or vb is None:
         return None
-    return bool(a["ci_high"] < b["ci_low"] or b["ci_high"] < a["ci_low"])
+    common = [g for g in va if g in vb]
+    if not common:
+        return None
+    res = stats.paired_comparison([va[g] for g in common], [vb[g] for g in common], alternative="two-sided",
+                                  seed=seed, n_resamples=200)
+    if res.n == 0:
+        return None
+    return {"p_value": res.p_value, "mean_diff": res.mean_diff, "n": res.n,
+            "significant": bool(res.p_value < alpha)}
 
 
 def _competition_ranks(means: dict[str, float], higher_is_better: bool) -> dict[str, int]:
@@ -460,12 +474,16 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
                          "rankings": {SET: [LABEL, ...]},          # best first (ties by name)
                          "ranks": {SET: {LABEL: int}},              # 1 = best; ties share a rank
                          "tau": {SET: {SET: float | None}},         # Kendall's tau between sets
-                         "flips": [{"models", "sets", "order", "robust"}]}},
+                         "flips": [{"models", "sets", "order", "robust", "tests"}],
+                         "reversal": {"pairs", "flipped", "robust", "unknown"}}},
          "notes": [...]}
 
-    A flip is ``robust`` when, on both sets, the two entries' 95% CIs do not overlap (None for accuracy,
-    which has no CI); a non-robust flip may be noise. ``axes`` defaults to every recorded axis plus
-    ``instability``; ``accuracy`` may be asked for (ranked higher = better).
+    A flip is ``robust`` when, on both sets, a two-sided paired Wilcoxon test of the two entries on the
+    groups both evaluated (paired by id) has p < 0.05 in the direction of that set's order (None without
+    per-group records; each flip's ``tests`` holds the p-values); a non-robust flip may be noise.
+    ``reversal`` counts model pairs (not pair x set-pair entries) that flip, and those that flip robustly:
+    headlines quote the robust count. ``axes`` defaults to every recorded axis plus ``instability``;
+    ``accuracy`` may be asked for (ranked higher = better; per group: the share of variants right).
 
     Sets that only one entry evaluated are left out (with a note).
 
@@ -524,11 +542,19 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
         rr = stats.rank_reversal({s: {m: v["mean"] for m, v in per.items()} for s, per in scores.items()},
                                  higher_is_better=higher)
         flips = []
+        by_label = {e.label: e for e in evals}
         for flip in rr.flips:
             m1, m2 = flip["models"]
-            checks = [_separated(scores[s][m1], scores[s][m2]) for s in flip["sets"]]
-            robust = None if any(c is None for c in checks) else all(checks)
-            flips.append({**flip, "robust": robust})
+            tests = {s: paired_flip_test(by_label[m1], by_label[m2], s, axis) for s in flip["sets"]}
+            # Robust (SPEC "Rank reversal"): the paired test is significant on both sets, in the direction
+            # of each set's order (a flip of the means that the per-group differences do not carry is noise).
+            if any(t is None for t in tests.values()):
+                robust = None
+            else:
+                m2_better = {s: flip["order"][s][0] == m2 for s in tests}
+                agrees = [((t["mean_diff"] < 0) == m2_better[s]) != higher for s, t in tests.items()]
+                robust = all(t["significant"] for t in tests.values()) and all(agrees)
+            flips.append({**flip, "robust": robust, "tests": tests})
         out_axes[axis] = {
             "higher_is_better": higher,
             "scores": scores,
@@ -537,6 +563,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
                       for s, per in scores.items()},
             "tau": rr.tau,
             "flips": flips,
+            "reversal": findings.reversal_counts(flips, len({m for per in scores.values() for m in per})),
         }
     entries = [
         {"label": e.label, "path": str(e.path), "kind": e.kind, "step": e.step, "model": e.model} for e in evals

@@ -24,7 +24,8 @@ class SAGOConfig:
 
     axes: list[str] = field(
         default_factory=lambda: list(DEFAULT_AXES),
-        metadata={"help": "Axes to compute: activation, confidence, generation, mirroring (comma-separated)."},
+        metadata={"help": "Axes to compute: activation, activation_rel, confidence, generation, mirroring "
+                  "(comma-separated; default: all)."},
     )
     layers: list[int] | None = field(
         default=None,

@@ -46,10 +46,24 @@ def kind_table(s: SetResult) -> Table | None:
     return t
 
 
+def reliability_table(s: SetResult) -> Table:
+    """Finding 1 on one set: split-half reliability of the per-group values of each axis."""
+    t = Table(title=f"set '{s.name}': is per-group instability noise? (split-half reliability)", title_justify="left")
+    for col in ("axis", "r (halves)", "Spearman-Brown", "p (permutation)", "n", "verdict"):
+        t.add_column(col, justify="left" if col in ("axis", "verdict") else "right")
+    for axis, rel in s.reliability.items():
+        t.add_row(axis, _fmt(rel.r, 2), _fmt(rel.reliability, 2), _fmt(rel.p_value, 4), str(rel.n),
+                  rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else ""))
+    return t
+
+
 def findings(result: EvalResult) -> list[str]:
-    """Plain-language notes on what is statistically significant."""
+    """Plain-language findings, each with the test and the numbers behind it (SPEC "Findings")."""
     notes: list[str] = []
     for s in result.sets.values():
+        for axis, rel in s.reliability.items():
+            if rel.verdict(ALPHA) == "not noise":
+                notes.append(rel.sentence(s.name, axis, ALPHA))
         for axis, eff in s.kind_effects.items():
             if eff.p_value is not None and not math.isnan(eff.p_value) and eff.p_value < ALPHA:
                 means = {k: v for k, v in eff.means.items() if v is not None and not math.isnan(v)}
@@ -58,13 +72,13 @@ def findings(result: EvalResult) -> list[str]:
                 if axis == "correct":
                     worst = min(means, key=means.get)  # type: ignore[arg-type]
                     notes.append(
-                        f"{s.name}: accuracy depends on the variant kind (p={eff.p_value:.2g}); lowest on "
+                        f"{s.name}: accuracy depends on the variant kind (Friedman p={eff.p_value:.2g}); lowest on "
                         f"'{worst}' ({means[worst]:.2f})"
                     )
                 else:
                     worst = max(means, key=means.get)  # type: ignore[arg-type]
                     notes.append(
-                        f"{s.name}: {axis} instability depends on the variant kind (p={eff.p_value:.2g}); "
+                        f"{s.name}: {axis} instability depends on the variant kind (Friedman p={eff.p_value:.2g}); "
                         f"'{worst}' variants move most"
                     )
         acc: dict[str, Any] = s.correctness
@@ -73,17 +87,18 @@ def findings(result: EvalResult) -> list[str]:
                 f"{s.name}: accuracy {acc['accuracy']:.2f} overall, worst-variant {acc['worst_variant_accuracy']:.2f}, "
                 f"spread across kinds {acc['spread']:.2f}"
             )
-    corr = result.axis_correlation()
-    for i, a in enumerate(corr.axes):
-        for j in range(i + 1, len(corr.axes)):
-            rho, p = corr.rho[i][j], corr.p_value[i][j]
-            if rho is None or math.isnan(rho):
-                continue
-            if abs(rho) < 0.3:
-                notes.append(f"axes '{a}' and '{corr.axes[j]}' are weakly related (Spearman rho={rho:.2f}): "
-                             "they capture different failure modes")
-            elif p is not None and p < ALPHA:
-                notes.append(f"axes '{a}' and '{corr.axes[j]}' correlate (Spearman rho={rho:.2f}, p={p:.2g})")
+    undefined: dict[str, dict[str, list[bool]]] = {}
+    for rel in result.axis_relations(ALPHA):
+        for axis in rel.axes:
+            undefined.setdefault(rel.set, {}).setdefault(axis, []).append(rel.verdict == "undefined")
+        if rel.verdict != "undefined":
+            notes.append(rel.sentence())
+    for set_name, per_axis in undefined.items():
+        # An axis whose every relation is undefined is constant on the set (or the set has < 3 groups).
+        constant = [a for a, flags in per_axis.items() if all(flags)]
+        if constant:
+            notes.append(f"{set_name}: no relation to test for {', '.join(constant)} (constant over the groups, "
+                         "or fewer than 3 groups)")
     return notes
 
 
@@ -92,6 +107,12 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
     console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
     for s in result.sets.values():
         console.print(set_table(s))
+        if "activation_rel" in s.set_level:
+            console.print(f"  between-group activation dispersion {_fmt(s.between_dispersion)}: activation_rel = "
+                          "activation relative to it (1 = variants as far apart as unrelated prompts; a ratio, so "
+                          "not in 'instability')")
+        for note in s.notes:
+            console.print(f"  note: {note}")
         acc = s.correctness
         if acc.get("n"):
             console.print(
@@ -101,8 +122,13 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
         kt = kind_table(s)
         if kt is not None:
             console.print(kt)
+            for axis, eff in s.kind_effects.items():
+                if eff.note:
+                    console.print(f"  {axis}: {eff.note}")
+        console.print(reliability_table(s))
     notes = findings(result)
     if notes:
-        console.print("[bold]Findings[/bold] (alpha = 0.05)")
+        console.print(f"[bold]Findings[/bold] (alpha = {ALPHA}; axis relations per set, Holm-corrected over every "
+                      f"set and pair; 'distinct' = |rho| < 0.5 across the 95% CI)")
         for n in notes:
             console.print(f"  - {n}")

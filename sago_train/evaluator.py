@@ -13,11 +13,12 @@ import torch
 from torch import nn
 
 from . import distributed
-from .axes import GroupInputs, get_axis, variant_correct
+from .axes import AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from .config import SAGOConfig
 from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets
 from .errors import SagoInputError
 from .extraction import Extractor, context_length, encode_continuation, encode_variant
+from .findings import split_halves
 from .layers import num_decoder_layers, resolve_layers
 from .results import EvalResult, GroupResult, SetResult
 from .similarity import get_similarity
@@ -131,15 +132,35 @@ class SAGOEvaluator:
         mine = [chosen[i] for i in distributed.shard_indices(len(chosen))]
         # Decided on the whole selection, not the shard, so every rank makes the same collective calls.
         need_generation = self._needs_generation([vs[i] for i in chosen])
-        local, skipped = self._evaluate_groups(vs, mine, need_generation, progress)
+        local, skipped, totals = self._evaluate_groups(vs, mine, need_generation, progress)
         gathered = distributed.gather_objects(local)
         skipped_all = distributed.gather_objects([skipped])
-        gathered.sort(key=lambda pair: pair[0])
+        # Set-level axes: each rank sums its groups' statistics; the per-rank sums are gathered here (the
+        # same collective calls on every rank, whatever its share), so every rank finalizes the same values.
+        totals_all = distributed.gather_objects([totals])
+        gathered.sort(key=lambda item: item[0])
         skip_counts: dict[str, int] = {}
         for part in skipped_all:
             for reason, count in part.items():
                 skip_counts[reason] = skip_counts.get(reason, 0) + count
-        groups = [g for _, g in gathered]
+        set_level: dict[str, dict[str, Any]] = {}
+        for axis in self.axes:
+            if axis.set_level is None:
+                continue
+            total = None
+            for part in totals_all:
+                total = add_partials(total, part.get(axis.name))
+            total = total or {}
+            set_level[axis.name] = axis.set_level.summary(total)
+            for _, g, pending in gathered:
+                full, half_values = pending[axis.name]
+                value = axis.set_level.finalize(full, total)
+                g.axes[axis.name] = value.value
+                g.per_variant[axis.name] = value.per_variant
+                g.extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+                if half_values:
+                    g.halves[axis.name] = [axis.set_level.finalize(h, total).value for h in half_values]
+        groups = [g for _, g, _ in gathered]
         return SetResult(
             vs.name,
             list(cfg.axes),
@@ -148,6 +169,7 @@ class SAGOEvaluator:
             skip_counts,
             seed=cfg.seed,
             n_bootstrap=cfg.n_bootstrap,
+            set_level=set_level,
         )
 
     def _evaluate_groups(
@@ -156,7 +178,7 @@ class SAGOEvaluator:
         indices: list[int],
         need_generation: bool,
         progress: Callable[[int], None] | None,
-    ) -> tuple[list[tuple[int, GroupResult]], dict[str, int]]:
+    ) -> tuple[list[tuple[int, GroupResult, dict[str, Any]]], dict[str, int], dict[str, Any]]:
         cfg = self.config
         tok = self.tokenizer
         ctx = context_length(self.model)
@@ -227,7 +249,8 @@ class SAGOEvaluator:
             scored = extractor.score(flat_prompts, conts, want_hidden="hidden" in self.needs)
             hidden, logprobs = scored.hidden, scored.mean_logprob
 
-        results: list[tuple[int, GroupResult]] = []
+        results: list[tuple[int, GroupResult, dict[str, Any]]] = []
+        totals: dict[str, Any] = {}  # set-level axes: this rank's sum of the groups' partial statistics
         for (i, g, _), off, r in zip(groups, offsets, scored_refs):
             sl = slice(off, off + g.k)
             # A broken model (NaN/inf activations) must not poison the statistics: skip and count the group.
@@ -245,14 +268,8 @@ class SAGOEvaluator:
                 logprobs=logprobs[sl] if logprobs is not None else None,
                 similarity=self.similarity if "generations" in self.needs else None,
             )
-            axes: dict[str, float] = {}
-            per_variant: dict[str, list[float]] = {}
-            extra: dict[str, float] = {}
-            for axis in self.axes:
-                value = axis.fn(inputs)
-                axes[axis.name] = value.value
-                per_variant[axis.name] = value.per_variant
-                extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+            split = split_halves(g.k, g.id, cfg.seed)
+            axes, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals)
             correct = None
             if outs is not None and (g.reference is not None or g.choices is not None):
                 correct = [
@@ -281,7 +298,49 @@ class SAGOEvaluator:
                         logprobs=lp,
                         correct=correct,
                         extra=extra,
+                        split=[list(h) for h in split] if split is not None else None,
+                        halves=halves,
                     ),
+                    pending,
                 )
             )
-        return results, skipped
+        return results, skipped, totals
+
+    def _axis_values(
+        self, inputs: GroupInputs, split: tuple[list[int], list[int]] | None, totals: dict[str, Any]
+    ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float], dict[str, list[float]], dict[str, Any]]:
+        """Every axis on one group, and on each half of its variants (for split-half reliability, SPEC
+        "Findings"). A set-level axis adds the group's statistics to ``totals`` (the halves' do not: a half is
+        measured against the whole set) and leaves its values pending."""
+        axes: dict[str, float] = {}
+        per_variant: dict[str, list[float]] = {}
+        extra: dict[str, float] = {}
+        halves: dict[str, list[float]] = {}
+        pending: dict[str, Any] = {}
+        subsets = [_subset(inputs, idx) for idx in split] if split is not None else []
+        for axis in self.axes:
+            value = axis.fn(inputs)
+            half_values = [axis.fn(sub) for sub in subsets]
+            if axis.set_level is not None:
+                totals[axis.name] = add_partials(totals.get(axis.name), value.partial)
+                pending[axis.name] = (AxisValue(value.value, value.per_variant, pending=value.pending),
+                                      [AxisValue(h.value, h.per_variant, pending=h.pending) for h in half_values])
+            axes[axis.name] = value.value
+            per_variant[axis.name] = value.per_variant
+            extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+            if half_values:
+                halves[axis.name] = [h.value for h in half_values]
+        return axes, per_variant, extra, halves, pending
+
+
+def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:
+    """The same group restricted to the variants ``idx``."""
+    return GroupInputs(
+        prompts=[g.prompts[i] for i in idx],
+        reference=g.reference,
+        outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
+        hidden=g.hidden[idx] if g.hidden is not None else None,
+        logprobs=g.logprobs[idx] if g.logprobs is not None else None,
+        similarity=g.similarity,
+        options=g.options,
+    )

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from . import stats
-from .axes import correctness_summary
+from . import findings, stats
+from .axes import correctness_summary, in_instability
 from .io import atomic_write_json, atomic_write_jsonl, safe_child
 from .version import __version__
 
@@ -32,10 +32,14 @@ class GroupResult:
     logprobs: list[float] | None = None
     correct: list[bool] | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    # Split-half reliability (SPEC "Findings"): the variant indices of each half and each axis on each half.
+    split: list[list[int]] | None = None
+    halves: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def instability(self) -> float:
-        vals = [v for v in self.axes.values() if not math.isnan(v)]
+        """Mean of the axes on the [0, 1] scale (``activation_rel``, a ratio, is left out; SPEC "instability")."""
+        vals = [v for a, v in self.axes.items() if in_instability(a) and not math.isnan(v)]
         return float(np.mean(vals)) if vals else math.nan
 
     def to_record(self) -> dict[str, Any]:
@@ -53,6 +57,8 @@ class GroupResult:
                 "logprobs": self.logprobs,
                 "correct": self.correct,
                 "extra": self.extra,
+                "split": self.split,
+                "halves": self.halves,
             }
         )
 
@@ -68,6 +74,8 @@ class SetResult:
     skipped: dict[str, int]
     seed: int = 0
     n_bootstrap: int = 2000
+    # Set-level numbers of set-level axes, e.g. {"activation_rel": {"between_dispersion": {...}, "note": ...}}.
+    set_level: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.summaries: dict[str, stats.Summary] = {
@@ -86,6 +94,8 @@ class SetResult:
             if correct and len(correct) == len(self.groups):
                 self.kind_effects["correct"] = stats.kind_effect(np.array(correct, dtype=float), self.kinds)
         self.correlation = stats.axis_correlation({a: self.values(a) for a in self.axes})
+        self.reliability = {a: findings.split_half_reliability(*self.half_values(a), n_permutations=self.n_bootstrap,
+                                                               seed=self.seed) for a in self.axes}
 
     @property
     def n_groups(self) -> int:
@@ -93,6 +103,26 @@ class SetResult:
 
     def values(self, axis: str) -> np.ndarray:
         return np.array([g.axes.get(axis, math.nan) for g in self.groups], dtype=float)
+
+    def half_values(self, axis: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per-group values of ``axis`` on the first and on the second half of the variants (NaN for groups
+        with K < 4, which have no split)."""
+        pairs = [g.halves.get(axis, [math.nan, math.nan]) for g in self.groups]
+        arr = np.array(pairs, dtype=float).reshape(len(pairs), 2)
+        return arr[:, 0], arr[:, 1]
+
+    @property
+    def between_dispersion(self) -> float:
+        """Mean over layers of the set's between-group activation dispersion (NaN unless ``activation_rel``
+        was computed): it falls when a model pulls *all* representations together."""
+        info = self.set_level.get("activation_rel", {}).get("between_dispersion", {})
+        value = info.get("mean")
+        return math.nan if value is None else float(value)
+
+    @property
+    def notes(self) -> list[str]:
+        """Why something was not computed on this set (e.g. ``activation_rel`` on a single group)."""
+        return [f"{axis}: {info['note']}" for axis, info in self.set_level.items() if info.get("note")]
 
     def summary(self) -> dict[str, Any]:
         return _clean(
@@ -104,6 +134,9 @@ class SetResult:
                 "correctness": self.correctness,
                 "kinds": {a: k.to_dict() for a, k in self.kind_effects.items()},
                 "axis_correlation": self.correlation.to_dict(),
+                "reliability": {a: r.to_dict() for a, r in self.reliability.items()},
+                "set_level": self.set_level,
+                "notes": self.notes,
             }
         )
 
@@ -125,8 +158,16 @@ class EvalResult:
         return np.concatenate([s.values(axis) for s in self.sets.values()]) if self.sets else np.array([])
 
     def axis_correlation(self) -> stats.Correlation:
-        """Spearman correlation of per-group axis values over the groups of every set."""
+        """Spearman correlation of per-group axis values over the groups of every set (pooled: descriptive
+        only; the finding "axes are distinct" is tested per set by :meth:`axis_relations`)."""
         return stats.axis_correlation({a: self.all_values(a) for a in self.axes})
+
+    def axis_relations(self, alpha: float = findings.ALPHA) -> list[findings.Relation]:
+        """Finding 2 per set (never pooled): Spearman with a bootstrap CI, Holm-corrected over every set and
+        pair, and a verdict (see :func:`sago_train.findings.axis_relations`)."""
+        per_set = {name: {a: s.values(a) for a in s.axes} for name, s in self.sets.items()}
+        n_resamples = next(iter(self.sets.values())).n_bootstrap if self.sets else 2000
+        return findings.axis_relations(per_set, alpha=alpha, n_resamples=n_resamples, seed=self.seed)
 
     def instability(self) -> stats.Summary:
         vals = np.concatenate([[g.instability for g in s.groups] for s in self.sets.values()])
@@ -143,6 +184,7 @@ class EvalResult:
                 "sets": {name: s.summary() for name, s in self.sets.items()},
                 "instability": self.instability().to_dict(),
                 "axis_correlation": self.axis_correlation().to_dict(),
+                "axis_relations": [r.to_dict() for r in self.axis_relations()],
             }
         )
 
@@ -164,6 +206,8 @@ class EvalResult:
                 out[f"{prefix}/{name}/{a}_ci_low"] = sm.ci_low
                 out[f"{prefix}/{name}/{a}_ci_high"] = sm.ci_high
             out[f"{prefix}/{name}/instability"] = s.instability.mean
+            if "activation_rel" in s.set_level:
+                out[f"{prefix}/{name}/between_dispersion"] = s.between_dispersion
             if "accuracy" in s.correctness:
                 out[f"{prefix}/{name}/accuracy"] = s.correctness["accuracy"]
         out[f"{prefix}/instability"] = self.instability().mean

@@ -270,7 +270,8 @@ def paired_comparison(
 
 @dataclass(frozen=True)
 class KindEffect(_JsonMixin):
-    """Per-kind means over groups and a test of whether the kind matters (``test``: "friedman" or "wilcoxon")."""
+    """Per-kind means over groups and a test of whether the kind matters (``test``: "friedman", or "none" with
+    a ``note`` saying why not)."""
 
     kinds: list[str]
     means: dict[str, float]
@@ -278,6 +279,11 @@ class KindEffect(_JsonMixin):
     p_value: float
     test: str
     n: int
+    note: str = ""
+
+
+KIND_TEST_K2 = ("not tested with K = 2: a pairwise axis gives both variants of a group the same per-variant "
+                "value by construction, so any difference is float noise")
 
 
 def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list[str]) -> KindEffect:
@@ -285,9 +291,10 @@ def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list
 
     ``per_variant`` is ``[G, K]``: one value per group and variant, column k = kind ``kinds[k]`` in every group.
     Rows with any NaN are dropped (``n`` = rows used). With K >= 3 the test is
-    ``scipy.stats.friedmanchisquare`` over the columns (``test="friedman"``); with K == 2 it is a two-sided
-    ``scipy.stats.wilcoxon`` of column 1 - column 0 (``test="wilcoxon"``). Fewer than 2 usable groups gives NaN
-    statistic and p-value; data with no variation within any group gives statistic 0 and p-value 1.
+    ``scipy.stats.friedmanchisquare`` over the columns (``test="friedman"``). With K == 2 there is no test
+    (``test="none"``, NaN statistic and p-value, a ``note``): SPEC skips it because a pairwise axis gives
+    both variants the same value by construction. Fewer than 2 usable groups gives NaN statistic and
+    p-value; data with no variation within any group gives statistic 0 and p-value 1.
 
     Raises:
         ValueError: ``per_variant`` is not 2-D, ``kinds`` does not have one unique label per column, or K < 2.
@@ -313,18 +320,16 @@ def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list
     x = x[~np.isnan(x).any(axis=1)]
     n = int(x.shape[0])
     means = {k: (float(x[:, i].mean()) if n else _NAN) for i, k in enumerate(kinds)}
-    test = "friedman" if len(kinds) >= 3 else "wilcoxon"
+    if len(kinds) == 2:
+        return KindEffect(kinds, means, _NAN, _NAN, "none", n, KIND_TEST_K2)
     if n < 2:
         statistic, p = _NAN, _NAN
     elif bool(np.all(x == x[:, :1])):
         statistic, p = 0.0, 1.0
-    elif test == "friedman":
+    else:
         res = _quiet(_st.friedmanchisquare, *(x[:, i] for i in range(x.shape[1])))
         statistic, p = float(res.statistic), float(res.pvalue)
-    else:
-        res = _quiet(_st.wilcoxon, x[:, 1] - x[:, 0], alternative="two-sided")
-        statistic, p = float(res.statistic), float(res.pvalue)
-    return KindEffect(kinds, means, statistic, p, test, n)
+    return KindEffect(kinds, means, statistic, p, "friedman", n)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -74,17 +74,22 @@ def ref_cos_dist(a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 - float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
 
 
+def _clip(x: float) -> float:
+    return min(max(float(x), 0.0), 1.0)
+
+
 def ref_activation(hidden: np.ndarray) -> tuple[float, list[float], list[float]]:
-    """hidden [K, L, H] -> (value, per_variant, per_layer)."""
+    """hidden [K, L, H] -> (value, per_variant, per_layer); each layer's value and each variant's per-layer
+    distance clipped to [0, 1] before the mean over layers (SPEC "all in [0, 1]")."""
     k, n_layers, _ = hidden.shape
     per_layer = []
     per_variant = np.zeros(k)
     for layer in range(n_layers):
         h = hidden[:, layer]
-        per_layer.append(np.mean([ref_cos_dist(h[i], h[j]) for i, j in pairs(k)]))
+        per_layer.append(_clip(np.mean([ref_cos_dist(h[i], h[j]) for i, j in pairs(k)])))
         for a in range(k):
-            per_variant[a] += np.mean([ref_cos_dist(h[a], h[b]) for b in range(k) if b != a]) / n_layers
-    value = min(max(float(np.mean(per_layer)), 0.0), 1.0)
+            per_variant[a] += _clip(np.mean([ref_cos_dist(h[a], h[b]) for b in range(k) if b != a])) / n_layers
+    value = float(np.mean(per_layer))
     return value, per_variant.tolist(), per_layer
 
 
@@ -197,10 +202,15 @@ def test_activation_matches_reference(k, n_layers, shared):
 
 
 def test_activation_clipped_to_unit_interval():
-    # Opposite vectors: mean cosine distance 2 in theory, clipped to 1 on the axis scale.
-    hidden = torch.tensor([[[1.0, 0.0]], [[-1.0, 0.0]]])
-    assert activation_instability(hidden).value == 1.0
-    assert activation_instability(hidden).extra["layer_0"] == pytest.approx(2.0)
+    # Opposite vectors: mean cosine distance 2 in theory. Every reported number is clipped at the same place
+    # (the audit found the value clipped but the layer value 2.0 and per-variant values 2.0).
+    hidden = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[-1.0, 0.0], [1.0, 1.0]]])  # [K=2, L=2, H=2]
+    got = activation_instability(hidden)
+    layer1 = 1.0 - 1.0 / math.sqrt(2.0)
+    assert got.extra["layer_0"] == 1.0 and got.extra["layer_1"] == pytest.approx(layer1, abs=1e-6)
+    assert got.value == pytest.approx((1.0 + layer1) / 2, abs=1e-6)
+    assert got.value == pytest.approx(np.mean([got.extra["layer_0"], got.extra["layer_1"]]), abs=1e-7)
+    assert got.per_variant == pytest.approx([(1.0 + layer1) / 2] * 2, abs=1e-6)
 
 
 def test_activation_bfloat16_hidden():

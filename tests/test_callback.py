@@ -68,8 +68,10 @@ def test_lora_run_logs_history_and_files(tmp_path):
     assert hist[0]["baseline"] is True
     for h in hist:
         assert set(h) >= {"step", "epoch", "sets"}
-        for axis in ("activation", "confidence", "generation", "mirroring"):
+        for axis in ("activation", "activation_rel", "confidence", "generation", "mirroring"):
             assert set(h["sets"]["num"][axis]) == {"mean", "ci_low", "ci_high", "n"}
+        between = h["set_level"]["num"]["activation_rel"]["between_dispersion"]
+        assert between["n_groups"] == 8 and 0 < between["mean"] < 2
         records = (tmp_path / "sago" / f"step-{h['step']}" / "num.jsonl").read_text().splitlines()
         assert len(records) == 8 and {"variants", "outputs", "axes"} <= set(json.loads(records[0]))
     assert "vs_baseline" in hist[1]["compare"]["num"]["activation"]
@@ -77,6 +79,10 @@ def test_lora_run_logs_history_and_files(tmp_path):
     sago_logs = [h for h in tr.state.log_history if "eval_sago/num/activation" in h]
     assert [h["step"] for h in sago_logs] == [0, 5, 10]
     assert all("eval_sago/instability" in h and "eval_sago/num/activation_ci_low" in h for h in sago_logs)
+    for h, line in zip(sago_logs, hist):
+        assert h["eval_sago/num/activation_rel"] == pytest.approx(line["sets"]["num"]["activation_rel"]["mean"])
+        assert h["eval_sago/num/between_dispersion"] == pytest.approx(
+            line["set_level"]["num"]["activation_rel"]["between_dispersion"]["mean"])
     assert "eval_sago/num/activation_vs_baseline" in sago_logs[1]
     assert [h["step"] for h in tr.state.log_history if "loss" in h] == [5, 10]
     # Order: baseline inside train_begin before any step; the step-5 evaluation logs right after step_end 5.
@@ -101,6 +107,22 @@ def test_follows_trainer_evaluation_and_best_model(tmp_path):
     best = min((h for h in tr.state.log_history if "eval_sago/num/activation" in h and h["step"] > 0),
                key=lambda h: h["eval_sago/num/activation"])
     assert tr.state.best_metric == pytest.approx(best["eval_sago/num/activation"])
+
+
+def test_activation_rel_as_best_model_metric_and_early_stopping_target(tmp_path):
+    stopper = SAGOEarlyStoppingCallback("sago/num/activation_rel", patience=5, mode="threshold")
+    cb = SAGOCallback(variant_set(), axes="activation,activation_rel", layers=[0, 1], **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=6, eval_dataset=True, eval_strategy="steps",
+                      eval_steps=3, save_strategy="steps", save_steps=3, load_best_model_at_end=True,
+                      metric_for_best_model="sago/num/activation_rel", greater_is_better=False)
+    tr.train()
+    hist = {h["step"]: h["sets"]["num"]["activation_rel"]["mean"] for h in _history(tmp_path)}
+    assert sorted(hist) == [0, 3, 6]
+    assert tr.state.best_metric == pytest.approx(min(hist[3], hist[6]))
+    best_step = 3 if hist[3] <= hist[6] else 6
+    assert tr.state.best_model_checkpoint.endswith(f"checkpoint-{best_step}")
+    assert [d["step"] for d in stopper.decisions] == [0, 3, 6]
+    assert [d["mean"] for d in stopper.decisions] == pytest.approx([hist[0], hist[3], hist[6]])
 
 
 def test_runs_without_eval_dataset_at_automatic_cadence(tmp_path):

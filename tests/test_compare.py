@@ -146,3 +146,43 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, expected):
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert expected in err
+
+
+def test_robust_flip_needs_the_paired_test_on_both_sets(tmp_path):
+    """SPEC: a flip is robust when the paired test is significant on both sets; the headline counts model
+    pairs (not pair x set-pair entries) and quotes the robust ones. Checked against scipy's Wilcoxon."""
+    import numpy as np
+    import scipy.stats as sps
+
+    rng = np.random.default_rng(0)
+    n = 20
+    base = {s: rng.uniform(0.2, 0.6, n) for s in ("setX", "setY", "setZ")}
+    noise = {s: rng.normal(0, 0.2, n) for s in base}
+    # A vs B: B is clearly worse on setX and clearly better on setY (every group), and slightly better in its
+    # mean but not by a consistent margin on setZ.
+    a = {s: {"activation": list(base[s])} for s in base}
+    b = {"setX": {"activation": list(base["setX"] + 0.1)}, "setY": {"activation": list(base["setY"] - 0.1)},
+         "setZ": {"activation": list(base["setZ"] + noise["setZ"] - noise["setZ"].mean() - 0.001)}}
+    ea, eb = write_eval_dir(tmp_path / "A", a), write_eval_dir(tmp_path / "B", b)
+    result = compare_evaluations(load_sources([ea, eb], last_only=True), axes=["activation"])
+    act = result["axes"]["activation"]
+    flips = {tuple(f["sets"]): f for f in act["flips"]}
+    assert set(flips) == {("setX", "setY"), ("setX", "setZ")}
+    xy, xz = flips[("setX", "setY")], flips[("setX", "setZ")]
+    assert xy["robust"] is True and xz["robust"] is False
+    want = sps.wilcoxon(np.array(b["setZ"]["activation"]) - base["setZ"], alternative="two-sided").pvalue
+    assert xz["tests"]["setZ"]["p_value"] == pytest.approx(want) and want > 0.05
+    assert xy["tests"]["setY"]["p_value"] == pytest.approx(
+        sps.wilcoxon(np.array(b["setY"]["activation"]) - base["setY"]).pvalue)
+    # Two entries: one pair; it flips (in two set pairs), robustly in one of them.
+    assert act["reversal"] == {"pairs": 1, "flipped": 1, "robust": 1, "unknown": 0}
+
+
+def test_flip_without_records_is_untested(tmp_path):
+    a = write_eval_dir(tmp_path / "A", {"setX": _const(6, activation=0.1), "setY": _const(6, activation=0.9)},
+                       records=False)
+    b = write_eval_dir(tmp_path / "B", {"setX": _const(6, activation=0.3), "setY": _const(6, activation=0.2)},
+                       records=False)
+    act = compare_evaluations(load_sources([a, b], last_only=True), axes=["activation"])["axes"]["activation"]
+    assert [f["robust"] for f in act["flips"]] == [None]
+    assert act["reversal"] == {"pairs": 1, "flipped": 1, "robust": 0, "unknown": 1}

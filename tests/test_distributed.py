@@ -38,6 +38,11 @@ def test_torchrun_two_processes_equal_single(tmp_path, saved_tiny_model, sample_
             assert b["axes"][axis] == pytest.approx(v, abs=1e-4), (a["id"], axis)
     s1 = json.loads((tmp_path / "one" / "summary.json").read_text())
     s2 = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert "activation_rel" in s1["sets"]["sample"]["axes"]  # a set-level axis: groups sharded, sums gathered
     for axis, v in s1["sets"]["sample"]["axes"].items():
         for key in ("mean", "ci_low", "ci_high", "n"):
             assert s2["sets"]["sample"]["axes"][axis][key] == pytest.approx(v[key], abs=1e-4)
+    b1 = s1["sets"]["sample"]["set_level"]["activation_rel"]["between_dispersion"]
+    b2 = s2["sets"]["sample"]["set_level"]["activation_rel"]["between_dispersion"]
+    assert b1["n_groups"] == b2["n_groups"] == 10 and b1["n_variants"] == b2["n_variants"] == 40
+    assert b2["per_layer"] == pytest.approx(b1["per_layer"], abs=1e-6)

@@ -82,8 +82,8 @@ def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pool
     per_layer = []
     for li in range(len(layers)):
         d = [1 - float(torch.nn.functional.cosine_similarity(vecs[i][li], vecs[j][li], dim=0)) for i, j in pairs]
-        per_layer.append(sum(d) / len(d))
-    out = {"activation": min(1.0, max(0.0, sum(per_layer) / len(per_layer)))}
+        per_layer.append(min(1.0, max(0.0, sum(d) / len(d))))  # each layer's value clipped to [0, 1]
+    out = {"activation": sum(per_layer) / len(per_layer)}
     if lps:
         ps = [math.exp(x) for x in lps]
         out["confidence"] = sum(abs(ps[i] - ps[j]) for i, j in pairs) / len(pairs)
@@ -253,13 +253,13 @@ def test_correctness_and_kinds_in_summary(byte_tokenizer, tiny_llama):
     summary = res.summary()
     s = summary["sets"]["t"]
     assert s["n_groups"] == 4
-    assert set(s["axes"]) == {"activation", "confidence", "generation", "mirroring"}
+    assert set(s["axes"]) == {"activation", "activation_rel", "confidence", "generation", "mirroring"}
     for axis in s["axes"].values():
         assert set(axis) == {"mean", "ci_low", "ci_high", "n"}
         assert axis["ci_low"] <= axis["mean"] <= axis["ci_high"]
     assert s["correctness"]["n"] == 2  # the groups with a reference
     assert set(s["kinds"]["activation"]["means"]) == {"canonical", "paraphrase", "typo"}
-    assert summary["axis_correlation"]["axes"] == ["activation", "confidence", "generation", "mirroring"]
+    assert summary["axis_correlation"]["axes"] == ["activation", "activation_rel", "confidence", "generation", "mirroring"]
     rec = res.group_records("t")[0]
     assert {"id", "variants", "outputs", "axes", "logprobs"} <= set(rec)
     assert len(rec["logprobs"]) == 3

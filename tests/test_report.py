@@ -282,3 +282,51 @@ def test_nan_values_and_missing_ci_are_handled(tmp_path, capsys):
     code, _, err = run_cli(["report", str(ev)], capsys)
     assert code == 0, err
     assert_report(ev / "report", ["groups_s.png", "axis_correlation.png"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Findings section (SPEC "Findings")
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _with_halves(path: Path, set_name: str, halves: dict[str, tuple[list[float], list[float]]]) -> None:
+    """Add per-half values (as the evaluator records them) to the records of an eval dir."""
+    recs = [json.loads(x) for x in (path / f"{set_name}.jsonl").read_text().splitlines()]
+    for i, r in enumerate(recs):
+        r["halves"] = {a: [h[0][i], h[1][i]] for a, h in halves.items()}
+    _write_jsonl(path / f"{set_name}.jsonl", recs)
+
+
+def test_report_findings_are_computed_per_set_from_records(tmp_path, capsys):
+    from sago_train.findings import axis_relations, split_half_reliability
+
+    rng = np.random.default_rng(3)
+    n = 30
+    truth = rng.random(n)
+    values = {s: axis_values(i, n=n) for i, s in enumerate(("setX", "setY"))}
+    # B is worse than A on setX for every group and better on setY for every group: a robust flip.
+    shifted = {"setX": {a: list(np.array(v) + 0.05) for a, v in values["setX"].items()},
+               "setY": {a: list(np.array(v) - 0.05) for a, v in values["setY"].items()}}
+    a = write_eval_dir(tmp_path / "A", values)
+    b = write_eval_dir(tmp_path / "B", shifted)
+    ha, hb = list(truth + 0.1 * rng.random(n)), list(truth + 0.1 * rng.random(n))
+    _with_halves(a, "setX", {"activation": (ha, hb)})
+    code, _, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    md = (tmp_path / "rep" / "report.md").read_text()
+    section = md[md.index("## Findings"):]
+    rel = split_half_reliability(ha, hb)
+    row = next(line for line in section.splitlines() if line.startswith("| A | setX | activation |"))
+    assert f"| {rel.r:.2f} | {rel.reliability:.2f} | {rel.p_value:.3g} | 30 | not noise |" in row
+    # Records without halves: said, not invented.
+    assert "| A | setY | activation | - | - | - | 0 | not computed (needs at least 3 groups with K >= 4" in section
+    # Finding 2 per set with the numbers of axis_relations on that set's groups alone.
+    rels = axis_relations({s: {ax: values[s][ax] for ax in ("activation", "confidence", "generation", "mirroring")}
+                           for s in ("setX", "setY")})
+    r = next(x for x in rels if x.set == "setX" and x.axes == ("activation", "generation"))
+    assert f"A, {r.sentence()}" in section
+    assert "weakly related (rho=" not in md and "different failure modes" not in md
+    # Finding 3: one pair of runs, flipping robustly on every axis that moved.
+    row = next(line for line in section.splitlines() if line.startswith("| activation |"))
+    assert row.startswith("| activation | 1 | 1 | 1 | 0 | ")
+    assert "B beats A on setY, the reverse on setX" in row or "A beats B on setX, the reverse on setY" in row

@@ -1,14 +1,25 @@
 """The SAGO axes. Importing this package registers the built-in axes."""
 
 from . import activation, confidence, generation, mirroring  # noqa: F401 - registration side effects
-from .activation import activation_instability
+from .activation import activation_instability, activation_relative, between_dispersion
 from .confidence import confidence_instability
 from .correctness import choice_index, correctness_summary, is_correct, variant_correct
 from .generation import generation_instability
 from .mirroring import mirroring_instability
-from .registry import AXES, Axis, AxisValue, GroupInputs, get_axis, parse_axes, register_axis
+from .registry import (
+    AXES,
+    Axis,
+    AxisValue,
+    GroupInputs,
+    SetLevel,
+    add_partials,
+    get_axis,
+    in_instability,
+    parse_axes,
+    register_axis,
+)
 
-DEFAULT_AXES = ("activation", "confidence", "generation", "mirroring")
+DEFAULT_AXES = ("activation", "activation_rel", "confidence", "generation", "mirroring")
 
 __all__ = [
     "AXES",
@@ -16,12 +27,17 @@ __all__ = [
     "Axis",
     "AxisValue",
     "GroupInputs",
+    "SetLevel",
     "activation_instability",
+    "activation_relative",
+    "add_partials",
+    "between_dispersion",
     "choice_index",
     "confidence_instability",
     "correctness_summary",
     "generation_instability",
     "get_axis",
+    "in_instability",
     "is_correct",
     "mirroring_instability",
     "parse_axes",

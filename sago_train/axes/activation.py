@@ -1,25 +1,142 @@
-"""Activation axis: dispersion of the variants' hidden states (SPEC "activation")."""
+"""Activation axes: dispersion of the variants' hidden states (SPEC "activation"), raw and relative to the
+dispersion between different groups of the same set (SPEC "activation_rel")."""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
 from ..functional import activation_dispersion, per_variant_cosine_distance
-from .registry import AxisValue, GroupInputs, register_axis
+from .registry import AxisValue, GroupInputs, SetLevel, register_axis
+
+_EPS = 1e-12
+NOTE_FEW_GROUPS = "activation_rel needs at least 2 groups in the set"
+NOTE_NO_BETWEEN = "the between-group dispersion is 0 (every group has the same hidden states)"
 
 
-def activation_instability(hidden) -> AxisValue:  # noqa: ANN001 - torch.Tensor [K, L, H]
-    """Mean over layers of ``K/(K-1) * (1 - ||mean_k u_k||^2)``.
+def activation_instability(hidden: torch.Tensor) -> AxisValue:
+    """Mean over layers of ``A_l = K/(K-1) * (1 - ||mean_k u_k||^2)``, the mean cosine distance of the
+    variants' hidden states at layer l.
 
-    The mean cosine distance lies in [0, 2] in theory; hidden states of real LMs share a dominant
-    direction so it stays far below 1, and the axis is clipped to [0, 1] (float error can also give
-    -1e-8) so that every axis lives on the same scale.
+    A cosine distance lies in [0, 2]. Every reported number of this axis is clipped to [0, 1], at the same
+    place: each layer's value ``extra["layer_<i>"]`` and each variant's per-layer distance to the others
+    are clipped, then averaged over layers, so the value is the mean of the reported layer values. Only
+    anti-aligned hidden states (mean cosine < 0, never seen on trained LMs) reach the clip; then the mean
+    of the per-variant values can differ from the value. ``activation_rel`` uses the unclipped distances.
     """
-    per_layer = activation_dispersion(hidden.transpose(0, 1))  # [L]
-    value = float(per_layer.mean().clamp(0.0, 1.0))
-    per_variant = per_variant_cosine_distance(hidden.transpose(0, 1)).mean(0)  # [K]
+    hidden_lk = hidden.transpose(0, 1)  # [L, K, H]
+    per_layer = activation_dispersion(hidden_lk).clamp(0.0, 1.0)  # [L]
+    per_variant = per_variant_cosine_distance(hidden_lk).clamp(0.0, 1.0).mean(0)  # [K]
     extra = {f"layer_{i}": float(v) for i, v in enumerate(per_layer.tolist())}
-    return AxisValue(value, [float(x) for x in per_variant], extra)
+    return AxisValue(float(per_layer.mean()), [float(x) for x in per_variant], extra)
 
 
 @register_axis("activation", needs=["hidden"], description="mean cosine distance of hidden states across variants")
 def _activation(g: GroupInputs) -> AxisValue:
     return activation_instability(g.hidden)
+
+
+# ---------------------------------------------------------------------------------------------------- relative
+def unit_vectors(hidden: torch.Tensor) -> torch.Tensor:
+    """``u = h / ||h||`` in float32 (zero vectors stay zero), the same normalization as the activation axis."""
+    v = hidden.float()
+    return v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(_EPS))
+
+
+def group_partial(hidden: torch.Tensor) -> dict[str, Any]:
+    """The additive statistics one group ``[K, L, H]`` contributes to its set's between-group dispersion:
+    ``sum`` = s_g per layer ``[L, H]``, ``sq`` = ||s_g||^2 per layer ``[L]``, ``m`` = K, ``k2`` = K^2.
+    Sums of these over the groups give s, sum_g ||s_g||^2, M and sum_g K_g^2 (float64)."""
+    s_g = unit_vectors(hidden).double().sum(0).numpy()  # [L, H]
+    k = int(hidden.shape[0])
+    return {"sum": s_g, "sq": (s_g * s_g).sum(-1), "m": k, "k2": k * k, "groups": 1}
+
+
+def between_dispersion(totals: dict[str, Any]) -> np.ndarray:
+    """Mean cosine distance over ordered pairs of vectors from different groups, per layer, in closed form:
+    ``1 - (||s||^2 - sum_g ||s_g||^2) / (M^2 - sum_g K_g^2)``. NaN with fewer than 2 groups."""
+    pairs = float(totals["m"]) ** 2 - float(totals["k2"])
+    s = np.asarray(totals["sum"], dtype=np.float64)
+    if int(totals["groups"]) < 2 or pairs <= 0:
+        return np.full(s.shape[0], math.nan)
+    cross = (s * s).sum(-1) - np.asarray(totals["sq"], dtype=np.float64)
+    return 1.0 - cross / pairs
+
+
+def within_dispersion(hidden: torch.Tensor) -> dict[str, np.ndarray]:
+    """The group's unclipped ``A_l`` per layer (``within``, ``[L]``) and each variant's mean cosine distance
+    to the others per layer (``per_variant``, ``[L, K]``): all ``activation_rel`` needs from the group's
+    hidden states once the set's between-group dispersion is known.
+
+    The same formulas as the activation axis, but summed in float64 from the float32 unit vectors: the
+    ratio divides by a between-group dispersion that is small under anisotropy, which would magnify the
+    float32 cancellation in ``1 - ||mean u||^2`` (about 1e-5 on the ratio at cosines near 0.97)."""
+    u = unit_vectors(hidden).double().transpose(0, 1)  # [L, K, H]
+    k = u.shape[1]
+    s = u.sum(1, keepdim=True)  # [L, 1, H]
+    norms = (u * u).sum(-1)  # [L, K]: 1, or 0 for a zero vector (cos := 0, as in the activation axis)
+    within = 1.0 - (((s * s).sum(-1).squeeze(1) - norms.sum(-1)) / (k * (k - 1)))
+    per_variant = 1.0 - ((u * s).sum(-1) - norms) / (k - 1)
+    return {"within": within.numpy(), "per_variant": per_variant.numpy()}
+
+
+def relative_value(within: dict[str, np.ndarray], between: np.ndarray) -> AxisValue:
+    """``R_l = within_l / between_l`` per layer; the value is the mean over layers, not clipped. Per-variant
+    values are each variant's distance to the others over ``between_l``, averaged over layers (their mean
+    over variants is the value). NaN where the between-group dispersion is not positive."""
+    b = np.asarray(between, dtype=np.float64)
+    k = within["per_variant"].shape[1]
+    if not bool(np.all(np.isfinite(b)) and np.all(b > 0)):
+        return AxisValue(math.nan, [math.nan] * k, {f"layer_{i}": math.nan for i in range(b.size)})
+    ratio = within["within"] / b
+    per_variant = (within["per_variant"] / b[:, None]).mean(0)
+    extra = {f"layer_{i}": float(v) for i, v in enumerate(ratio.tolist())}
+    return AxisValue(float(ratio.mean()), [float(x) for x in per_variant], extra)
+
+
+def activation_relative(groups: list[torch.Tensor]) -> tuple[list[AxisValue], np.ndarray]:
+    """``activation_rel`` of every group of a set (each ``[K_g, L, H]``) and the set's between-group
+    dispersion per layer: the evaluator's computation in one call, for scripts and tests."""
+    totals: dict[str, Any] = {}
+    for h in groups:
+        for key, v in group_partial(h).items():
+            totals[key] = totals[key] + v if key in totals else v
+    between = between_dispersion(totals) if totals else np.array([])
+    return [relative_value(within_dispersion(h), between) for h in groups], between
+
+
+def _finalize_relative(value: AxisValue, totals: dict[str, Any]) -> AxisValue:
+    return relative_value(value.pending, between_dispersion(totals))
+
+
+def _summarize_relative(totals: dict[str, Any]) -> dict[str, Any]:
+    """The set's between-group dispersion (per layer and its mean), n groups and variants, and a note when
+    ``activation_rel`` cannot be computed."""
+    if not totals or int(totals.get("groups", 0)) == 0:
+        return {"between_dispersion": {"mean": math.nan, "per_layer": [], "n_groups": 0, "n_variants": 0},
+                "note": f"{NOTE_FEW_GROUPS}; the set has no evaluated group"}
+    between = between_dispersion(totals)
+    out: dict[str, Any] = {"between_dispersion": {"mean": float(np.mean(between)), "per_layer": between.tolist(),
+                                                  "n_groups": int(totals["groups"]), "n_variants": int(totals["m"])}}
+    if int(totals["groups"]) < 2:
+        out["note"] = f"{NOTE_FEW_GROUPS}; the set has {int(totals['groups'])} evaluated group: not computed"
+    elif not bool(np.all(between > 0)):
+        out["note"] = f"{NOTE_NO_BETWEEN}: activation_rel not computed"
+    return out
+
+
+@register_axis(
+    "activation_rel",
+    needs=["hidden"],
+    description="within-group activation dispersion over the set's between-group dispersion",
+    # A ratio (1 = variants as far apart as unrelated prompts, can exceed 1) does not average with [0, 1] axes.
+    in_instability=False,
+    set_level=SetLevel(finalize=_finalize_relative, summary=_summarize_relative),
+)
+def _activation_rel(g: GroupInputs) -> AxisValue:
+    nan = [math.nan] * int(g.hidden.shape[0])
+    # The value needs the whole set: only O(L x (H + K)) numbers per group travel to the set-level step.
+    return AxisValue(math.nan, nan, partial=group_partial(g.hidden), pending=within_dispersion(g.hidden))

@@ -28,29 +28,64 @@ class GroupInputs:
 @dataclass
 class AxisValue:
     """An axis's value for one group, with its per-variant decomposition (for per-kind analysis) and any
-    secondary numbers."""
+    secondary numbers.
+
+    A set-level axis (see :class:`SetLevel`) returns a provisional value from its group function and puts in
+    ``partial`` the additive statistics the set needs (summed over groups, then across ranks); ``pending``
+    carries what its ``finalize`` needs from this group. Neither is written to any output.
+    """
 
     value: float
     per_variant: list[float]
     extra: dict[str, float] = field(default_factory=dict)
+    partial: dict[str, Any] | None = None
+    pending: Any = None
+
+
+@dataclass(frozen=True)
+class SetLevel:
+    """How a set-level axis turns the set's statistics into per-group values.
+
+    ``partial`` entries of every group's :class:`AxisValue` are summed (numbers or numpy arrays) over the
+    groups of the set, on every rank and then across ranks: ``finalize(value, totals)`` returns the group's
+    final :class:`AxisValue`, and ``summary(totals)`` the set-level numbers recorded in the summary (with a
+    ``"note"`` when the axis cannot be computed on the set). Sums are O(hidden size), never pairwise.
+    """
+
+    finalize: Callable[[AxisValue, dict[str, Any]], AxisValue]
+    summary: Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class Axis:
+    """A registered axis. ``in_instability``: whether the convenience scalar ``instability`` (the mean of the
+    axes) includes it; only axes on the common [0, 1] scale do."""
+
     name: str
     fn: Callable[[GroupInputs], AxisValue]
     needs: frozenset[str]
     higher_is_better: bool = False
     description: str = ""
+    in_instability: bool = True
+    set_level: SetLevel | None = None
 
 
 AXES: dict[str, Axis] = {}
 
 
 def register_axis(
-    name: str, *, needs: Iterable[str], higher_is_better: bool = False, description: str = ""
+    name: str,
+    *,
+    needs: Iterable[str],
+    higher_is_better: bool = False,
+    description: str = "",
+    in_instability: bool = True,
+    set_level: SetLevel | None = None,
 ) -> Callable[[Callable[[GroupInputs], AxisValue]], Callable[[GroupInputs], AxisValue]]:
     """Register an axis function ``GroupInputs -> AxisValue`` under ``name``.
+
+    ``in_instability=False`` keeps the axis out of the ``instability`` mean (for axes not on the [0, 1]
+    scale); ``set_level`` makes the group values depend on the whole set (see :class:`SetLevel`).
 
     Example:
         >>> @register_axis("length_spread", needs=["generations"])  # doctest: +SKIP
@@ -62,10 +97,25 @@ def register_axis(
         raise ValueError(f"axis '{name}' needs unknown inputs {sorted(bad)}; valid: {NEEDS}")
 
     def deco(fn: Callable[[GroupInputs], AxisValue]) -> Callable[[GroupInputs], AxisValue]:
-        AXES[name] = Axis(name, fn, needs, higher_is_better, description or (fn.__doc__ or "").strip().split("\n")[0])
+        doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        AXES[name] = Axis(name, fn, needs, higher_is_better, doc, in_instability, set_level)
         return fn
 
     return deco
+
+
+def add_partials(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Element-wise sum of two :attr:`AxisValue.partial` dicts (None is the empty sum)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return {k: a[k] + b[k] for k in a}
+
+
+def in_instability(name: str) -> bool:
+    """Whether axis ``name`` counts in the ``instability`` mean (unknown names, e.g. a user axis recorded by
+    another process, count)."""
+    axis = AXES.get(name)
+    return True if axis is None else axis.in_instability
 
 
 def get_axis(name: str) -> Axis:

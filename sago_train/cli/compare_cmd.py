@@ -49,6 +49,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
     console.print(entries)
     labels = [e["label"] for e in result["entries"]]
     total_flips = 0
+    robust_pairs: dict[str, dict] = {}
     for axis, r in result["axes"].items():
         sets = list(r["scores"])
         direction = "higher = better" if r["higher_is_better"] else "lower = more stable"
@@ -78,17 +79,24 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                 tau.add_row(esc(s1), *(_fmt(r["tau"][s1].get(s2)) for s2 in sets))
             console.print(tau)
         total_flips += len(r["flips"])
+        counts = r.get("reversal") or {}
+        if counts.get("flipped"):
+            robust_pairs[axis] = counts
         for f in r["flips"]:
             s1, s2 = f["sets"]
             o1, o2 = f["order"][s1], f["order"][s2]
-            robust = {True: " (95% CIs separated on both sets)", False: " (CIs overlap: may be noise)",
-                      None: ""}[f["robust"]]
+            robust = {True: " (robust: paired test significant on both sets)",
+                      False: " (not robust: the paired test is not significant on both sets; may be noise)",
+                      None: " (untested: no per-group records)"}[f["robust"]]
             console.print(f"  [yellow]rank flip[/yellow] on {axis}: {esc(o1[0])} beats {esc(o1[1])} on "
                           f"'{esc(s1)}', but {esc(o2[0])} beats {esc(o2[1])} on '{esc(s2)}'{robust}")
     for note in result["notes"]:
         console.print(f"note: {esc(note)}")
     if total_flips:
         console.print(f"[bold]{total_flips} rank flip(s)[/bold]: which entry is best depends on the variant set.")
+        for axis, c in robust_pairs.items():
+            console.print(f"  {axis}: {c['robust']} of {c['pairs']} entry pair(s) flip robustly (paired test "
+                          f"significant on both sets); {c['flipped']} flip in their means")
     elif len(result["sets"]) < 2:
         console.print("[bold]one shared set only[/bold]: no rank reversal can be checked.")
     else:

@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", help="model folder (full model or PEFT adapter); default: the shipped tiny model")
     p.add_argument("--set", dest="sets", action="append", metavar="NAME=FILE",
                    help="a variant set (JSONL); repeat for several; default: the bundled example sets")
-    p.add_argument("--axes", default=None, help="comma-separated axes (default: all four)")
+    p.add_argument("--axes", default=None, help="comma-separated axes (default: all five)")
     p.add_argument("--layers", default=None, help="comma-separated decoder blocks, e.g. 0,-1")
     p.add_argument("--pooling", choices=None, default=None, help="last|mean (default last)")
     p.add_argument("--similarity", default=None, help="exact|token_f1|embedding (default token_f1)")

@@ -1,0 +1,220 @@
+"""The tests behind the findings (SPEC "Findings") against plain references: exhaustive permutations,
+per-resample scipy loops, hand-computed Holm values, and the evaluator's per-half axis values against the
+axes recomputed on each half."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import scipy.stats as sps
+import torch
+
+from sago_train import SAGOEvaluator
+from sago_train.axes import activation_instability, activation_relative, confidence_instability
+from sago_train.data import VariantSet
+from sago_train.findings import (
+    axis_relations,
+    holm,
+    reversal_counts,
+    spearman_bootstrap,
+    split_half_reliability,
+    split_halves,
+)
+
+# ------------------------------------------------------------------------------------------------ split halves
+
+
+def test_split_halves_fixed_disjoint_and_seeded():
+    for k in range(4, 10):
+        a, b = split_halves(k, "g7", seed=3)
+        assert sorted(a + b) == list(range(k)) and not set(a) & set(b)
+        assert (len(a), len(b)) == (k // 2, k - k // 2)
+        assert split_halves(k, "g7", seed=3) == (a, b)
+    assert split_halves(3, "g7") is None and split_halves(2, "g7") is None
+    # The split differs between groups (it is not one fixed pattern that could align with variant kinds).
+    splits = {tuple(split_halves(6, f"g{i}")[0]) for i in range(30)}
+    assert len(splits) > 5
+
+
+# ------------------------------------------------------------------------------------------------ reliability
+
+
+def _exhaustive_p(a, b) -> float:
+    r = sps.spearmanr(a, b).statistic
+    null = [sps.spearmanr([a[i] for i in perm], b).statistic for perm in itertools.permutations(range(len(a)))]
+    return sum(x >= r - 1e-12 for x in null) / len(null)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reliability_matches_exhaustive_permutations(seed):
+    rng = np.random.default_rng(seed)
+    truth = rng.random(6)
+    a, b = truth + 0.3 * rng.random(6), truth + 0.3 * rng.random(6)
+    rel = split_half_reliability(a, b, n_permutations=720)  # 6! = 720: every order of one half
+    r = sps.spearmanr(a, b).statistic
+    assert rel.r == pytest.approx(r, abs=1e-12)
+    assert rel.reliability == pytest.approx(2 * r / (1 + r), abs=1e-12)
+    assert rel.p_value == pytest.approx(_exhaustive_p(a, b), abs=1e-12)
+    assert rel.n == 6 and rel.note == ""
+
+
+def test_reliability_exact_values_and_random_permutations():
+    a, b = [0.1, 0.2, 0.3, 0.4, 0.5], [0.15, 0.1, 0.35, 0.3, 0.6]
+    rel = split_half_reliability(a, b)
+    assert rel.r == pytest.approx(0.8) and rel.reliability == pytest.approx(1.6 / 1.8)
+    assert rel.p_value == pytest.approx(8 / 120)  # 8 of the 120 orders reach rho >= 0.8
+    # Many groups: a seeded random subset of orders; a strong signal gives the smallest p, 1/(n+1).
+    rng = np.random.default_rng(4)
+    truth = rng.random(60)
+    rel = split_half_reliability(truth + 0.05 * rng.random(60), truth + 0.05 * rng.random(60), n_permutations=499)
+    assert rel.p_value == pytest.approx(1 / 500) and rel.reliability > 0.9
+    noise = split_half_reliability(rng.random(60), rng.random(60), n_permutations=499, seed=1)
+    assert noise.p_value > 0.05
+
+
+def test_reliability_drops_nan_groups_and_says_why_it_cannot_run():
+    rel = split_half_reliability([0.1, math.nan, 0.3, 0.2, 0.5], [0.2, 0.1, math.nan, 0.1, 0.7])
+    assert rel.n == 3 and rel.r == pytest.approx(sps.spearmanr([0.1, 0.2, 0.5], [0.2, 0.1, 0.7]).statistic)
+    none = split_half_reliability([math.nan] * 5, [math.nan] * 5)
+    assert none.n == 0 and "K >= 4" in none.note and none.verdict() == "not computed"
+    const = split_half_reliability([0.0] * 5, [0.1, 0.2, 0.3, 0.4, 0.5])
+    assert math.isnan(const.r) and "constant" in const.note
+
+
+# ------------------------------------------------------------------------------------------------ distinct axes
+
+
+def test_spearman_bootstrap_matches_a_per_resample_loop():
+    rng = np.random.default_rng(5)
+    x = rng.random(30)
+    y = 0.5 * x + rng.random(30)
+    rho, p, lo, hi, n = spearman_bootstrap(x, y, n_resamples=300, seed=11)
+    ref = sps.spearmanr(x, y)
+    assert (rho, p, n) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue), 30)
+    idx = np.random.default_rng(11).integers(0, 30, size=(300, 30))
+    boot = np.array([sps.spearmanr(x[i], y[i]).statistic for i in idx])
+    boot = boot[np.isfinite(boot)]
+    assert (lo, hi) == (pytest.approx(np.quantile(boot, 0.025)), pytest.approx(np.quantile(boot, 0.975)))
+
+
+def test_holm_matches_hand_computed_values():
+    # sorted p: 0.01 (x4 = 0.04), 0.02 (x3 = 0.06), 0.03 (x2 = 0.06), 0.5 (x1 = 0.5); NaN is no test.
+    assert holm([0.03, 0.01, math.nan, 0.5, 0.02]) == pytest.approx([0.06, 0.04, math.nan, 0.5, 0.06], nan_ok=True)
+    assert holm([0.3, 0.4]) == pytest.approx([0.6, 0.6])  # monotone: never below an earlier step
+    assert holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
+
+
+def test_axis_relations_verdicts_per_set_never_pooled():
+    rng = np.random.default_rng(6)
+    n = 200
+    base = rng.random(n)
+    per_set = {
+        # strongly related: rho ~ 0.9
+        "s1": {"a": base, "b": base + 0.1 * rng.random(n), "c": rng.random(n)},
+        # few groups, unrelated: neither distinct (CI wide) nor related
+        "s2": {"a": rng.random(8), "b": rng.random(8), "c": np.zeros(8)},
+    }
+    rels = {(r.set, r.axes): r for r in axis_relations(per_set, n_resamples=500)}
+    assert rels[("s1", ("a", "b"))].verdict == "related"
+    assert rels[("s1", ("a", "c"))].verdict == "distinct"  # n = 200 independent: |rho| < 0.5 across the CI
+    assert max(abs(rels[("s1", ("a", "c"))].ci_low), abs(rels[("s1", ("a", "c"))].ci_high)) < 0.5
+    assert rels[("s2", ("a", "b"))].verdict == "inconclusive"
+    assert rels[("s2", ("a", "c"))].verdict == "undefined"  # c is constant on s2
+    # Holm over every (set, pair) tested: the adjusted p of the strongest pair is m x its raw p (m = 5 tests).
+    tested = [r for r in rels.values() if r.verdict != "undefined"]
+    strongest = min(tested, key=lambda r: r.p_value)
+    assert strongest.p_holm == pytest.approx(min(1.0, len(tested) * strongest.p_value))
+    # Never pooled: rho on s1 is the Spearman of s1's groups alone.
+    assert rels[("s1", ("a", "b"))].rho == pytest.approx(sps.spearmanr(per_set["s1"]["a"], per_set["s1"]["b"]).statistic)
+
+
+def test_weak_but_significant_correlation_is_distinct_and_strong_one_is_never_distinct():
+    rng = np.random.default_rng(8)
+    n = 3000
+    x = rng.normal(size=n)
+    y = 0.2 * x + rng.normal(size=n)  # rho ~ 0.19, very significant, CI far below 0.5
+    (rel,) = axis_relations({"s": {"x": x, "y": y}}, n_resamples=300)
+    assert rel.verdict == "distinct" and rel.p_holm < 0.05 and "weakly related" in rel.sentence()
+    # The audit's case: rho = 0.36 with n = 72 was called "different failure modes"; its CI reaches 0.5.
+    x = rng.normal(size=72)
+    y = 0.4 * x + rng.normal(size=72)
+    (rel,) = axis_relations({"s": {"x": x, "y": y}}, n_resamples=1000)
+    assert 0.25 < rel.rho < 0.5 and rel.ci_high > 0.5 and rel.verdict != "distinct"
+
+
+def test_activation_and_its_ratio_are_not_tested_against_each_other():
+    v = np.linspace(0, 1, 10)
+    rels = axis_relations({"s": {"activation": v, "activation_rel": 2 * v, "confidence": v[::-1]}}, n_resamples=50)
+    assert {r.axes for r in rels} == {("activation", "confidence"), ("activation_rel", "confidence")}
+
+
+# ------------------------------------------------------------------------------------------------ rank reversal
+
+
+def test_reversal_counts_pairs_not_entries_and_robust_separately():
+    flips = [
+        {"models": ["a", "b"], "sets": ["x", "y"], "robust": False},
+        {"models": ["a", "b"], "sets": ["x", "z"], "robust": True},
+        {"models": ["a", "b"], "sets": ["y", "z"], "robust": False},
+        {"models": ["b", "c"], "sets": ["x", "y"], "robust": None},
+        {"models": ["a", "c"], "sets": ["x", "y"], "robust": False},
+    ]
+    # 5 entries, 3 model pairs flip, 1 of them robustly, 1 untestable.
+    assert reversal_counts(flips, 4) == {"pairs": 6, "flipped": 3, "robust": 1, "unknown": 1}
+    assert reversal_counts([], 2) == {"pairs": 1, "flipped": 0, "robust": 0, "unknown": 0}
+
+
+# ------------------------------------------------------------------------------------------------ the evaluator
+
+
+RECORDS = [
+    {"id": f"g{i}", "variants": [f"The number {i} is", f"number {i} is", f"Tell me about {i}:", f"{i} =",
+                                 f"what is {i}"][: 4 + i % 2], "reference": f" {i}"}
+    for i in range(7)
+] + [{"id": "short", "variants": ["Dogs say", "A dog goes", "dgos say"], "reference": " woof"}]
+
+
+def test_evaluator_half_values_equal_the_axes_on_each_half(byte_tokenizer, tiny_llama):
+    vs = VariantSet.from_records(RECORDS, name="t")
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 2], axes="activation,activation_rel,confidence",
+                        max_new_tokens=2, seed=5)
+    s = res.evaluate(vs).sets["t"]
+    ids = [g.id for g in s.groups]
+    # Recompute hidden states and log-probs one variant at a time, then the axes on each recorded half.
+    hidden, lps = {}, {}
+    with torch.no_grad():
+        for rec in RECORDS:
+            hs, lp = [], []
+            r_ids = byte_tokenizer(rec["reference"], add_special_tokens=False)["input_ids"]
+            for v in rec["variants"]:
+                p = byte_tokenizer(v)["input_ids"]
+                o = tiny_llama(torch.tensor([p + r_ids]), output_hidden_states=True)
+                hs.append(torch.stack([o.hidden_states[layer + 1][0, len(p) - 1] for layer in (0, 2)]))
+                logp = torch.log_softmax(o.logits[0].double(), -1)
+                lp.append(float(np.mean([float(logp[len(p) - 1 + j, t]) for j, t in enumerate(r_ids)])))
+            hidden[rec["id"]], lps[rec["id"]] = torch.stack(hs), torch.tensor(lp)
+    _, between = activation_relative([hidden[i] for i in ids])
+    for g in s.groups:
+        if g.id == "short":
+            assert g.split is None and g.halves == {}  # K = 3 < 4: no split
+            continue
+        assert g.split == [list(h) for h in split_halves(len(g.variants), g.id, seed=5)]
+        for half, idx in enumerate(g.split):
+            h = hidden[g.id][idx]
+            assert g.halves["activation"][half] == pytest.approx(activation_instability(h).value, abs=1e-4)
+            assert g.halves["confidence"][half] == pytest.approx(confidence_instability(lps[g.id][idx]).value, abs=1e-4)
+            # A half's activation_rel is its within-dispersion over the *whole set's* between-group dispersion.
+            within = np.array([np.mean([1 - float(torch.nn.functional.cosine_similarity(h[i, li], h[j, li], dim=0))
+                                        for i, j in itertools.combinations(range(len(idx)), 2)])
+                               for li in range(2)])  # unclipped, as activation_rel uses it
+            assert g.halves["activation_rel"][half] == pytest.approx(float(np.mean(within / between)), abs=1e-4)
+    # The set's reliability is the function applied to those halves; the short group is left out.
+    a, b = s.half_values("activation")
+    assert np.isnan(a[ids.index("short")])
+    want = split_half_reliability(a, b, n_permutations=s.n_bootstrap, seed=s.seed)
+    assert s.reliability["activation"] == want and want.n == 7
+    summary = s.summary()["reliability"]["activation"]
+    assert summary["n"] == 7 and summary["r"] == pytest.approx(want.r)
