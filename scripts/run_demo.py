@@ -82,7 +82,23 @@ def analyse(recipe_path: Path, out: Path, arms: list[str], baseline: str, steps:
     sets = {name: VariantSet.from_jsonl(recipe.resolve_path(p), name=name) for name, p in recipe.monitor.sets.items()}
     results = {arm: {s: arm_set_values(out / arm, s, vs, cfg.layers, cfg.pooling) for s, vs in sets.items()}
                for arm in arms}
-    return headline_tables(results, baseline, steps, seed)
+    text = headline_tables(results, baseline, steps, seed)
+    return text + "\n" + findings(out, arms)
+
+
+def findings(out: Path, arms: list[str]) -> str:
+    """SPEC "Findings" at every arm's last evaluation (the same section as the report's), one heading down."""
+    from demo_analysis import last_step
+
+    from sago_train.compare import load_evaluation
+    from sago_train.report_findings import findings_markdown
+
+    evals = []
+    for arm in arms:
+        ev = load_evaluation(f"{out / arm}@{last_step(out / arm)}")
+        ev.label = arm
+        evals.append(ev)
+    return "\n".join(("#" + line) if line.startswith("#") else line for line in findings_markdown(evals)) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
