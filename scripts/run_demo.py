@@ -83,22 +83,28 @@ def analyse(recipe_path: Path, out: Path, arms: list[str], baseline: str, steps:
     results = {arm: {s: arm_set_values(out / arm, s, vs, cfg.layers, cfg.pooling) for s, vs in sets.items()}
                for arm in arms}
     text = headline_tables(results, baseline, steps, seed)
-    return text + "\n" + findings(out, arms)
+    return text + "\n" + findings(out, arms, baseline)
 
 
-def findings(out: Path, arms: list[str]) -> str:
-    """SPEC "Findings" at every arm's last evaluation (the same section as the report's), one heading down."""
+def findings(out: Path, arms: list[str], baseline: str) -> str:
+    """SPEC "Findings" as the report computes them, one heading down: reliability and axis relations of the
+    baseline arm (the report has them for every arm), rank reversal across every arm."""
     from demo_analysis import last_step
 
     from sago_train.compare import load_evaluation
     from sago_train.report_findings import findings_markdown
 
-    evals = []
+    evals = {}
     for arm in arms:
         ev = load_evaluation(f"{out / arm}@{last_step(out / arm)}")
         ev.label = arm
-        evals.append(ev)
-    return "\n".join(("#" + line) if line.startswith("#") else line for line in findings_markdown(evals)) + "\n"
+        evals[arm] = ev
+    one = findings_markdown([evals[baseline]])
+    every = findings_markdown(list(evals.values()))
+    cut_one = next(i for i, line in enumerate(one) if line.startswith("### 3."))
+    cut_every = next(i for i, line in enumerate(every) if line.startswith("### 3."))
+    lines = one[:cut_one] + every[cut_every:]
+    return "\n".join(("#" + line) if line.startswith("#") else line for line in lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
