@@ -10,7 +10,8 @@ The default arms (issue 10's fair comparison; each fixes every stability setting
 - ``augment``: task loss on all training phrasings, no stability terms (plain data augmentation);
 - ``stability``: canonical task loss + the stability loss as first shipped (anchor mode);
 - ``augment+stability``: augmentation + the same stability loss;
-- ``relative`` / ``augment+relative``: the same with mode ``relative`` (within / between-group ratio).
+- ``relative`` / ``augment+relative``: the same with mode ``relative`` (InfoNCE form, chosen on the tuning
+  split of recipes/demo-tune.yaml).
 
 ``--arm NAME=OVERRIDES`` defines (or redefines) an arm from recipe overrides, so any recipe (another model)
 can reuse the script. Writes ``<out>/<arm>/`` per arm (history, per-group records, TensorBoard and offline
@@ -36,8 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _OFF = ["--stability.act_weight=0.0", "--stability.conf_weight=0.0"]
 _ANCHOR = ["--stability.act_weight=1.0", "--stability.conf_weight=0.5", "--stability.mode=anchor"]
+# The relative form was chosen on the tuning split (recipes/demo-tune.yaml, docs/demo_tuning.md), never on
+# the monitoring sets: infonce at temperature 0.1 lowered activation_rel as much as the ratio form and, unlike
+# it, confidence instability too.
 _RELATIVE = ["--stability.act_weight=1.0", "--stability.conf_weight=0.5", "--stability.mode=relative",
-             "--stability.relative_form=ratio"]
+             "--stability.relative_form=infonce", "--stability.temperature=0.1"]
 _CANON = ["--stability.task_loss_variants=canonical"]
 _ALL = ["--stability.task_loss_variants=all"]
 DEFAULT_ARMS: dict[str, list[str]] = {
