@@ -31,8 +31,11 @@ _IMPORT_STRUCTURE: dict[str, list[str]] = {
         "activation_dispersion",
         "anchor_activation_distance",
         "anchor_kl",
+        "between_group_dispersion",
+        "contrastive_dispersion",
         "js_divergence",
         "mean_pairwise_abs_diff",
+        "relative_dispersion",
     ],
     "loss": ["StabilityConfig", "StabilityLoss"],
     "recipe": ["Recipe", "load_recipe"],
@@ -79,8 +82,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         activation_dispersion,
         anchor_activation_distance,
         anchor_kl,
+        between_group_dispersion,
+        contrastive_dispersion,
         js_divergence,
         mean_pairwise_abs_diff,
+        relative_dispersion,
     )
     from .loss import StabilityConfig, StabilityLoss  # noqa: F401
     from .recipe import Recipe, load_recipe  # noqa: F401

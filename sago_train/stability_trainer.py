@@ -85,6 +85,13 @@ class StabilityTrainerMixin:
                 f"the stability loss does not support torch.nn.DataParallel ({self.args.n_gpu} GPUs in one process)",
                 hint="launch one process per GPU with torchrun or accelerate launch (DDP)",
             )
+        if stability_config.mode == "relative" and stability_config.act_weight > 0 and self.args.per_device_train_batch_size < 2:
+            raise SagoInputError(
+                "stability mode 'relative' compares each group with the other groups of its micro-batch, but "
+                f"per_device_train_batch_size is {self.args.per_device_train_batch_size} (one group per batch)",
+                key="per_device_train_batch_size",
+                hint="use per_device_train_batch_size >= 2 (items are groups), or mode 'centroid'/'anchor'",
+            )
         if user_collator is None:
             tokenizer = getattr(self, "processing_class", None)
             tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer

@@ -111,6 +111,27 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda r: anchor_kl(torch.cat([canon, r], 1), 0), (rest,))
 
 
+def test_gradcheck_float64_anchor_kl_per_group_canonical():
+    # Per-group canonical indices (the loss's case): finite differences on the non-canonical rows with the
+    # canonical rows held fixed, and the detached gradient of the real function equals that gradient.
+    lp = _random_logprobs(3, 4, 5, seed=6)
+    canon = torch.tensor([3, 0, 1])
+    keep = torch.zeros(3, 4, 1, dtype=torch.bool)
+    keep[torch.arange(3), canon] = True
+
+    def anchored(x: torch.Tensor) -> torch.Tensor:
+        return anchor_kl(torch.where(keep, lp, x), canon)
+
+    rows = lp.clone().requires_grad_(True)
+    assert anchor_kl(rows, canon).dtype == torch.float64
+    assert torch.autograd.gradcheck(anchored, (rows,))
+    x = lp.clone().requires_grad_(True)
+    anchor_kl(x, canon).sum().backward()
+    y = lp.clone().requires_grad_(True)
+    anchored(y).sum().backward()
+    torch.testing.assert_close(x.grad, y.grad)
+
+
 def test_anchor_kl_stops_gradient_at_the_canonical_side():
     lp = _random_logprobs(1, 3, 4, seed=5).float().requires_grad_(True)
     anchor_kl(lp, canonical=1).sum().backward()

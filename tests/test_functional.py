@@ -89,7 +89,8 @@ SHAPES = [(2, 8), (3, 5), (5, 16), (8, 4), (4, 3, 7), (2, 3, 6, 5), (1, 2, 3)]
 def test_activation_dispersion_matches_pair_loop(shape, dtype):
     h = randn(*shape, seed=sum(shape), dtype=dtype)
     got = activation_dispersion(h)
-    assert got.dtype == torch.float32
+    # float32 for every input dtype except float64, which stays float64 (for gradient checks)
+    assert got.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
     assert got.shape == shape[:-2]
     want = ref_dispersion(h.double().numpy())
     np.testing.assert_allclose(got.numpy(), want, atol=2e-6, rtol=1e-5)
@@ -250,6 +251,33 @@ def test_anchor_distance_stops_gradient_on_canonical():
     torch.testing.assert_close(h.grad[1], torch.zeros(6), atol=1e-6, rtol=0)
     # ... while the other variants are pulled towards it.
     assert h.grad[0].abs().sum() > 0 and h.grad[2].abs().sum() > 0
+
+
+def test_gradcheck_float64_dispersion_and_anchor():
+    # float64 stays float64, so finite differences check the analytic gradient (the audit found the anchor
+    # gradient never checked). The anchor side is detached: gradcheck the non-canonical rows with the
+    # canonical row held fixed, which is the function the detached gradient differentiates.
+    h = randn(2, 4, 5, seed=21, dtype=torch.float64).requires_grad_(True)
+    assert activation_dispersion(h).dtype == torch.float64
+    assert torch.autograd.gradcheck(lambda x: activation_dispersion(x), (h,))
+    assert torch.autograd.gradcheck(lambda x: per_variant_cosine_distance(x), (h,))
+    canon = torch.tensor([2, 0])
+    fixed = h.detach()
+    rows = h.detach().clone().requires_grad_(True)
+
+    def anchored(x: torch.Tensor) -> torch.Tensor:
+        keep = torch.zeros(2, 4, 1, dtype=torch.bool)
+        keep[torch.arange(2), canon] = True
+        return anchor_activation_distance(torch.where(keep, fixed, x), canon)
+
+    assert anchor_activation_distance(h, canon).dtype == torch.float64
+    assert torch.autograd.gradcheck(anchored, (rows,))
+    # And the detached gradient of the real function equals that of the fixed-anchor function.
+    x = h.detach().clone().requires_grad_(True)
+    anchor_activation_distance(x, canon).sum().backward()
+    y = h.detach().clone().requires_grad_(True)
+    anchored(y).sum().backward()
+    torch.testing.assert_close(x.grad, y.grad)
 
 
 def test_anchor_distance_zero_for_identical_and_rejects_k1():

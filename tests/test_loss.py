@@ -43,6 +43,10 @@ def batch(tok):
         ({"warmup_steps": 1.5}, "warmup_steps"),
         ({"layers": []}, "layers"),
         ({"layers": [0, "1"]}, "layers"),
+        ({"mode": "relativ"}, "Did you mean 'relative'"),
+        ({"relative_form": "infonse"}, "Did you mean 'infonce'"),
+        ({"temperature": 0.0}, "temperature.*> 0"),
+        ({"temperature": -1.0}, "temperature"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, match):
@@ -76,9 +80,34 @@ def _kl(p: torch.Tensor, q: torch.Tensor) -> float:
     return float(sum(pi * (math.log(pi) - math.log(qi)) for pi, qi in zip(p.tolist(), q.tolist()) if pi > 0))
 
 
-def _reference(model, tok, items, *, layers, mode, pooling):
+def _relative_reference(pooled_by_group, n_layers, form, temperature):
+    """Per layer, loops over all pairs of the batch: within / between (ratio) or SupCon (infonce)."""
+    g = len(pooled_by_group)
+    per_layer = []
+    for li in range(n_layers):
+        vec = [[v[li] for v in grp] for grp in pooled_by_group]
+        if form == "ratio":
+            between = [_cos_dist(a, b) for p in range(g) for q in range(g) if p != q for a in vec[p] for b in vec[q]]
+            b = sum(between) / len(between)
+            within = [sum(_cos_dist(x[i], x[j]) for i in range(len(x)) for j in range(i + 1, len(x)))
+                      / (len(x) * (len(x) - 1) / 2) for x in vec]
+            per_layer.append(sum(w / b for w in within) / g)
+        else:
+            flat = [(p, v) for p in range(g) for v in vec[p]]
+            k = len(vec[0])
+            total = 0.0
+            for i, (gi, vi) in enumerate(flat):
+                sims = [(1 - _cos_dist(vi, vj)) / temperature for j, (_, vj) in enumerate(flat) if j != i]
+                lse = math.log(sum(math.exp(z) for z in sims))
+                pos = [(1 - _cos_dist(vi, vj)) / temperature for j, (gj, vj) in enumerate(flat) if j != i and gj == gi]
+                total += lse - sum(pos) / len(pos) - math.log(k - 1)
+            per_layer.append(total / len(flat))
+    return sum(per_layer) / len(per_layer)
+
+
+def _reference(model, tok, items, *, layers, mode, pooling, form="ratio", temperature=0.1):
     """Each variant run alone (no padding), hidden states from output_hidden_states, loops over pairs."""
-    act_groups, conf_groups = [], []
+    act_groups, conf_groups, pooled_by_group = [], [], []
     for item in items:
         k = len(item["variants"])
         c = item.get("canonical", 0)
@@ -95,9 +124,10 @@ def _reference(model, tok, items, *, layers, mode, pooling):
             else:
                 pooled.append([out.hidden_states[layer + 1][0, p - 1] for layer in layers])
             dists.append(torch.softmax(out.logits[0, p - 1 : p - 1 + t].double(), -1))
+        pooled_by_group.append(pooled)
         per_layer = []
         for li in range(len(layers)):
-            if mode == "centroid":
+            if mode != "anchor":
                 pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
                 per_layer.append(sum(_cos_dist(pooled[i][li], pooled[j][li]) for i, j in pairs) / len(pairs))
             else:
@@ -106,25 +136,31 @@ def _reference(model, tok, items, *, layers, mode, pooling):
         per_pos = []
         for pos in range(len(target)):
             ps = [dists[j][pos] for j in range(k)]
-            if mode == "centroid":
+            if mode != "anchor":
                 m = sum(ps) / k
                 per_pos.append(sum(_kl(p, m) for p in ps) / k)
             else:
                 per_pos.append(sum(_kl(ps[c], ps[j]) for j in range(k) if j != c) / (k - 1))
         conf_groups.append(sum(per_pos) / len(per_pos))
-    return sum(act_groups) / len(act_groups), sum(conf_groups) / len(conf_groups)
+    act = sum(act_groups) / len(act_groups)
+    if mode == "relative":
+        act = _relative_reference(pooled_by_group, len(layers), form, temperature)
+    return act, sum(conf_groups) / len(conf_groups)
 
 
-@pytest.mark.parametrize("mode", ["centroid", "anchor"])
+@pytest.mark.parametrize(("mode", "form"), [("centroid", "ratio"), ("anchor", "ratio"), ("relative", "ratio"),
+                                            ("relative", "infonce")])
 @pytest.mark.parametrize("pooling", ["target", "last"])
-def test_terms_match_unbatched_reference(tok, mode, pooling):
+def test_terms_match_unbatched_reference(tok, mode, form, pooling):
     model = make_llama(num_hidden_layers=3, seed=1)
     items = tiny_groups(3)  # different target lengths across groups, canonical=1 in one group
-    cfg = StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode, pooling=pooling, layers=[0, 1])
+    cfg = StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode, pooling=pooling, layers=[0, 1],
+                          relative_form=form, temperature=0.5)
     batch = VariantGroupCollator(tok)(items)
     with torch.no_grad():
         _, terms = StabilityLoss(cfg, model)(model, batch)
-    ref_act, ref_conf = _reference(model, tok, items, layers=[0, 1], mode=mode, pooling=pooling)
+    ref_act, ref_conf = _reference(model, tok, items, layers=[0, 1], mode=mode, pooling=pooling, form=form,
+                                   temperature=0.5)
     assert terms.act.dtype == torch.float32 and terms.conf.dtype == torch.float32
     assert float(terms.act) == pytest.approx(ref_act, abs=2e-5)
     assert float(terms.conf) == pytest.approx(ref_conf, abs=2e-6)
@@ -172,10 +208,29 @@ def test_falls_back_to_the_logits_when_the_head_differs(batch):
         assert float(fallback) == pytest.approx(float(loss.terms(groups, cap, logits=out.logits).conf), abs=1e-7)
 
 
-def test_terms_are_float32_under_bf16_autocast(batch):
+@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
+def test_terms_are_float64_for_a_float64_model(batch, mode):
+    model = make_llama(num_hidden_layers=2).double()
+    with torch.no_grad():
+        _, terms = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode), model)(model, batch)
+    assert terms.act.dtype == torch.float64 and terms.conf.dtype == torch.float64
+
+
+def test_relative_mode_with_a_single_group_adds_zero_and_warns(tok):
+    model = make_llama(num_hidden_layers=2)
+    loss_fn = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=0.0, mode="relative"), model)
+    with pytest.warns(UserWarning, match="single group"):
+        _, terms = loss_fn(model, VariantGroupCollator(tok)(tiny_groups(1)))
+    assert float(terms.act) == 0.0 and loss_fn.single_group_batches == 1
+    _, terms = loss_fn(model, VariantGroupCollator(tok)(tiny_groups(2)))
+    assert float(terms.act.detach()) > 0 and loss_fn.single_group_batches == 1
+
+
+@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
+def test_terms_are_float32_under_bf16_autocast(batch, mode):
     model = make_llama(num_hidden_layers=2)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out, terms = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=1.0), model)(model, batch)
+        out, terms = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode), model)(model, batch)
     assert out.logits.dtype == torch.bfloat16
     assert terms.act.dtype == torch.float32 and terms.conf.dtype == torch.float32
     (out.loss + terms.weighted(1.0, 1.0)).backward()
@@ -183,23 +238,17 @@ def test_terms_are_float32_under_bf16_autocast(batch):
 
 
 # -------------------------------------------------------------------------------------------- gradients
-def _dispersion_float64(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """SPEC formula without the float32 cast of functional.activation_dispersion (for the float64 check)."""
-    k = vectors.shape[-2]
-    u = vectors * torch.rsqrt((vectors * vectors).sum(-1, keepdim=True).clamp_min(eps))
-    m = u.mean(-2)
-    return k / (k - 1) * (1 - (m * m).sum(-1))
-
-
-@pytest.mark.parametrize("term", ["act", "conf"])
-def test_gradient_matches_finite_differences(tok, term, monkeypatch):
-    # activation_dispersion computes in float32 even for float64 inputs; its float32 rounding (~1e-8) would
-    # swamp a finite difference, so the check swaps in the same formula in float64. L_conf is float64 as is.
-    monkeypatch.setattr("sago_train.loss.activation_dispersion", _dispersion_float64)
+@pytest.mark.parametrize(("term", "mode", "form"), [("act", "centroid", "ratio"), ("conf", "centroid", "ratio"),
+                                                    ("act", "relative", "ratio"), ("act", "relative", "infonce")])
+def test_gradient_matches_finite_differences(tok, term, mode, form):
+    # Both terms stay float64 for a float64 model (the loss's docstring says so; the audit found L_act cast
+    # to float32, whose rounding would swamp a finite difference). Anchor mode detaches the canonical side,
+    # so its loss-level gradient is not the derivative of the value; its functions are gradchecked with the
+    # canonical side held fixed in test_functional.py and test_divergence.py.
     model = make_llama(num_hidden_layers=2, hidden_size=16, seed=2).double()
     batch = VariantGroupCollator(tok)(tiny_groups(2))
     cfg = StabilityConfig(act_weight=1.0 if term == "act" else 0.0, conf_weight=1.0 if term == "conf" else 0.0,
-                          pooling="target", layers=[0, 1])
+                          pooling="target", layers=[0, 1], mode=mode, relative_form=form, temperature=0.5)
     loss_fn = StabilityLoss(cfg, model)
 
     def value() -> torch.Tensor:

@@ -177,6 +177,17 @@ def test_bad_inputs(tmp_path, tok):
         trainer.data_collator([{"variants": ["a", "b"], "target": ""}])
 
 
+@pytest.mark.parametrize("form", ["ratio", "infonce"])
+def test_relative_mode_trains_and_needs_two_groups_per_batch(tmp_path, tok, form):
+    config = StabilityConfig(act_weight=1.0, conf_weight=0.5, mode="relative", relative_form=form)
+    _, logs = _train(tmp_path, tok, config=config, max_steps=2, n_groups=4)
+    assert len(logs) == 2 and all(log["sago_act_loss"] > 0 for log in logs)
+    assert all(log["loss"] == pytest.approx(log["sago_task_loss"] + log["sago_act_loss"] + 0.5 * log["sago_conf_loss"],
+                                            rel=1e-5) for log in logs)
+    with pytest.raises(SagoInputError, match="per_device_train_batch_size is 1"):
+        _train(tmp_path, tok, config=config, train=False, per_device_train_batch_size=1)
+
+
 def test_sft_trainer_runs_and_logs_the_terms(tmp_path, tok):
     from datasets import Dataset
     from trl import SFTConfig

@@ -1,15 +1,31 @@
-"""Dispersion of K variants' vectors and scalars: the O(K) formulas behind the axes and the loss."""
+"""Dispersion of K variants' vectors and scalars: the O(K) formulas behind the axes and the loss.
+
+Every function computes in float32 whatever the input dtype (bfloat16/float16 are upcast), except that
+float64 stays float64, so that gradients can be checked by finite differences (as in ``divergence``).
+"""
 
 from __future__ import annotations
 
 import torch
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """float64 for float64 input, else float32: the precision of every term and axis."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def unit_vectors(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """``h / ||h||`` along the last dim in :func:`compute_dtype`; a zero vector stays zero (cos := 0)."""
+    v = vectors.to(compute_dtype(vectors))
+    # A floor on the squared norm keeps zero vectors finite (and their gradient defined).
+    return v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
+
+
 def activation_dispersion(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """Mean pairwise cosine distance of K vectors in O(K), differentiable.
 
     ``vectors`` has shape ``[..., K, H]``; the result has shape ``[...]``. With ``u_k = h_k / ||h_k||``
-    (computed in float32 whatever the input dtype), the value is ``K/(K-1) * (1 - ||mean_k u_k||^2)``,
+    (computed in float32, float64 for float64 input), the value is ``K/(K-1) * (1 - ||mean_k u_k||^2)``,
     which equals the mean of ``1 - cos(h_i, h_j)`` over the ``K(K-1)/2`` distinct pairs.
 
     Example:
@@ -22,9 +38,7 @@ def activation_dispersion(vectors: torch.Tensor, eps: float = 1e-12) -> torch.Te
     k = vectors.shape[-2]
     if k < 2:
         raise ValueError(f"need at least 2 variants along dim -2, got K={k}")
-    v = vectors.float()
-    # Normalizing with a floor on the squared norm keeps zero vectors finite (and their gradient defined).
-    u = v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
+    u = unit_vectors(vectors, eps)
     # sum_{i != j} u_i.u_j = ||sum_k u_k||^2 - sum_k ||u_k||^2. For unit vectors this is the
     # K/(K-1) * (1 - ||mean u||^2) form above; subtracting the actual ||u_k||^2 (instead of assuming 1)
     # keeps it equal to the pairwise mean when a vector is zero (cos := 0, as in the functions below).
@@ -47,8 +61,7 @@ def anchor_activation_distance(vectors: torch.Tensor, canonical: int | torch.Ten
     k = vectors.shape[-2]
     if k < 2:
         raise ValueError(f"need at least 2 variants along dim -2, got K={k}")
-    v = vectors.float()
-    u = v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
+    u = unit_vectors(vectors, eps)
     if isinstance(canonical, int):
         idx = torch.full(u.shape[:-2], canonical, dtype=torch.long, device=u.device)
     else:
@@ -87,8 +100,7 @@ def per_variant_cosine_distance(vectors: torch.Tensor, eps: float = 1e-12) -> to
     the activation axis used for per-kind analysis.
     """
     k = vectors.shape[-2]
-    v = vectors.float()
-    u = v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(eps))
+    u = unit_vectors(vectors, eps)
     s = u.sum(dim=-2, keepdim=True)
     # sum_{j != k} cos(u_k, u_j) = u_k . (S - u_k) = u_k . S - ||u_k||^2
     cos_sum = (u * s).sum(-1) - (u * u).sum(-1)

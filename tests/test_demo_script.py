@@ -1,0 +1,91 @@
+"""scripts/run_demo.py and scripts/demo_analysis.py: arm parsing, the canonical index, the relative values."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import demo_analysis  # noqa: E402
+import run_demo  # noqa: E402
+
+
+def test_canonical_accuracy_uses_the_groups_canonical_index():
+    # The audit: the demo took correct[0]. Here variant 0 is wrong and the canonical (index 2) right.
+    records = [{"id": "a", "correct": [False, False, True]}, {"id": "b", "correct": [True, False, False]}]
+    canonical = {"a": 2, "b": 0}
+    assert demo_analysis.canonical_accuracy(records, canonical) == 1.0
+    assert demo_analysis.canonical_accuracy(records, {}) == 0.5  # default index 0 (SPEC)
+    assert np.isnan(demo_analysis.canonical_accuracy([{"id": "c", "correct": None}], {}))
+
+
+def test_parse_arms_defaults_selection_and_definitions():
+    arms = run_demo.parse_arms(None, [])
+    assert list(arms) == ["canonical", "augment", "stability", "augment+stability", "relative", "augment+relative"]
+    # The arms differ only in the stability section, and each fixes every setting it depends on.
+    assert all(all(o.startswith("--stability.") for o in v) for v in arms.values())
+    assert "--stability.task_loss_variants=all" in arms["augment"]
+    assert "--stability.act_weight=0.0" in arms["augment"] and "--stability.mode=relative" in arms["relative"]
+    chosen = run_demo.parse_arms("augment,mine", ["mine=--stability.act_weight=2 --training.max_steps=5"])
+    assert chosen == {"augment": arms["augment"], "mine": ["--stability.act_weight=2", "--training.max_steps=5"]}
+    with pytest.raises(SystemExit, match="unknown arm"):
+        run_demo.parse_arms("augment,nope", [])
+    with pytest.raises(SystemExit, match="NAME=OVERRIDES"):
+        run_demo.parse_arms(None, ["no-equals-sign"])
+
+
+def _cos_dist(a, b):
+    return 1 - float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
+
+
+def test_relative_values_match_pair_loops():
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(4, 3, 2, 5))  # [G, K, L, H]
+    act, rel, own_between, set_between = demo_analysis.relative_values(hidden)
+    g, k, n_layers, _ = hidden.shape
+    for layer in range(n_layers):
+        x = hidden[:, :, layer]
+        pairs = [_cos_dist(x[p, i], x[q, j]) for p in range(g) for q in range(g) if p != q
+                 for i in range(k) for j in range(k)]
+        assert set_between[layer] == pytest.approx(np.mean(pairs), abs=1e-12)
+    for grp in range(g):
+        within = [np.mean([_cos_dist(hidden[grp, i, li], hidden[grp, j, li])
+                           for i, j in itertools.combinations(range(k), 2)]) for li in range(n_layers)]
+        assert act[grp] == pytest.approx(np.mean(within), abs=1e-12)
+        assert rel[grp] == pytest.approx(np.mean([w / b for w, b in zip(within, set_between)]), abs=1e-12)
+        own = [np.mean([_cos_dist(hidden[grp, i, li], hidden[q, j, li]) for q in range(g) if q != grp
+                        for i in range(k) for j in range(k)]) for li in range(n_layers)]
+        assert own_between[grp] == pytest.approx(np.mean(own), abs=1e-12)
+
+
+def test_headline_tables_cover_every_arm_with_paired_tests():
+    rng = np.random.default_rng(1)
+    base = {m: rng.uniform(0.2, 0.8, 12) for m in ("activation_rel", "activation", "between", "confidence")}
+
+    def arm(shift):
+        a = demo_analysis.ArmSet(ids=[f"g{i}" for i in range(12)], kinds=["canonical", "other"],
+                                 rel_source="recomputed from the adapter")
+        for m, v in base.items():
+            a.values[m] = v + shift + rng.uniform(-0.01, 0.01, 12)
+        a.values["accuracy"] = rng.integers(0, 2, 12).astype(float)
+        a.values["accuracy_canonical"] = rng.integers(0, 2, 12).astype(float)
+        a.values["kind:other"] = rng.integers(0, 2, 12).astype(float)
+        return {"s": a}
+
+    text = demo_analysis.headline_tables({"augment": arm(0.0), "better": arm(-0.5), "same": arm(0.0)},
+                                         "augment", 10, 0)
+    header = [line for line in text.splitlines() if line.startswith("| set | metric |")]
+    assert header[0] == "| set | metric | augment | better | same |"
+    assert header[1] == "| set | metric | better | same |"
+    rel_row = [line for line in text.splitlines() if line.startswith("| s | activation_rel |")][-1]  # paired
+    better, same = rel_row.split(" | ")[2:4]
+    # 12 groups all lower by about 0.5: the exact one-sided Wilcoxon p is 1/2^12.
+    assert better.startswith("-0.5") and better.endswith("p=0.00024")
+    assert float(same.split("p=")[1].rstrip(" |")) > 0.001
+    assert "accuracy, kind other" in text
