@@ -22,16 +22,16 @@ import time
 import torch
 
 from sago_train import SAGOEvaluator, VariantSet
-from sago_train.axes import (
+from sago_train.data import bundled_sets
+from sago_train.eval.extraction import encode_continuation, encode_variant, pad_batch, pad_id_of
+from sago_train.functional.axes import (
     activation_instability,
     confidence_instability,
     generation_instability,
     mirroring_instability,
 )
-from sago_train.data import bundled_sets
-from sago_train.extraction import encode_continuation, encode_variant, pad_batch, pad_id_of
-from sago_train.layers import num_decoder_layers, resolve_layers
-from sago_train.similarity import get_similarity
+from sago_train.functional.similarity import get_similarity
+from sago_train.model.layers import num_decoder_layers, resolve_layers
 
 
 def load_groups(n: int) -> VariantSet:
@@ -118,8 +118,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default=None)
     args = ap.parse_args()
-    from sago_train.modeling import load_model_and_tokenizer
-    from sago_train.tiny_model import tiny_model_path
+    from sago_train.model.loading import load_model_and_tokenizer
+    from sago_train.model.tiny import tiny_model_path
 
     model, tok = load_model_and_tokenizer(args.model or tiny_model_path(), device=args.device, dtype=args.dtype)
     vs = load_groups(args.groups)

@@ -46,7 +46,7 @@ from torch.utils._pytree import tree_flatten
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sago_train.functional import activation_dispersion, js_divergence  # noqa: E402
-from sago_train.loss import (  # noqa: E402
+from sago_train.training.loss import (  # noqa: E402
     HiddenCapture,
     StabilityConfig,
     StabilityLoss,

@@ -81,7 +81,7 @@ def run(steps: int, monitor: bool, out: str) -> tuple[float, int, float]:
 
     from sago_train import SAGOCallback
     from sago_train.data import VariantSet
-    from sago_train.tiny_model import load_tiny_model
+    from sago_train.model.tiny import load_tiny_model
 
     model, tok = load_tiny_model()
     model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],

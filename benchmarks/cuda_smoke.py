@@ -35,8 +35,8 @@ def checkpointing_arg() -> str:
 def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4) -> list[dict]:
     from transformers import TrainerCallback, TrainingArguments
 
-    from sago_train.loss import StabilityConfig
-    from sago_train.stability_trainer import StabilityTrainer
+    from sago_train.training.loss import StabilityConfig
+    from sago_train.training.trainer import StabilityTrainer
     from tests._tiny import make_llama, make_tokenizer, tiny_groups
 
     class Recorder(TrainerCallback):

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 from .version import __version__  # noqa: F401 - re-exported
 
 _IMPORT_STRUCTURE: dict[str, list[str]] = {
-    "axes": ["AXES", "DEFAULT_AXES", "AxisValue", "GroupInputs", "register_axis"],
-    "callback": ["SAGOCallback"],
-    "collator": ["VariantGroupCollator"],
-    "config": ["SAGOConfig"],
+    "functional.axes": ["AXES", "DEFAULT_AXES", "AxisValue", "GroupInputs", "register_axis"],
+    "integrations.callback": ["SAGOCallback"],
+    "training.collator": ["VariantGroupCollator"],
+    "eval.config": ["SAGOConfig"],
     "data": ["VariantGroup", "VariantSet", "build_variant_set", "bundled_sets", "make_generator", "resolve_sets"],
-    "early_stopping": ["SAGOEarlyStoppingCallback"],
+    "integrations.early_stopping": ["SAGOEarlyStoppingCallback"],
     "errors": ["SagoInputError"],
-    "evaluator": ["SAGOEvaluator"],
+    "eval.evaluator": ["SAGOEvaluator"],
     "functional": [
         "activation_dispersion",
         "anchor_activation_distance",
@@ -37,12 +37,12 @@ _IMPORT_STRUCTURE: dict[str, list[str]] = {
         "mean_pairwise_abs_diff",
         "relative_dispersion",
     ],
-    "loss": ["StabilityConfig", "StabilityLoss"],
-    "recipe": ["Recipe", "load_recipe"],
-    "results": ["EvalResult", "GroupResult", "SetResult"],
-    "stability_trainer": ["StabilityTrainer", "StabilitySFTTrainer"],
-    "stats": ["axis_correlation", "bootstrap_ci", "kind_effect", "paired_comparison", "rank_reversal"],
-    "tiny_model": ["tiny_model_path", "load_tiny_model"],
+    "training.loss": ["StabilityConfig", "StabilityLoss"],
+    "cli.recipe": ["Recipe", "load_recipe"],
+    "results.records": ["EvalResult", "GroupResult", "SetResult"],
+    "training.trainer": ["StabilityTrainer", "StabilitySFTTrainer"],
+    "functional.stats": ["axis_correlation", "bootstrap_ci", "kind_effect", "paired_comparison", "rank_reversal"],
+    "model.tiny": ["tiny_model_path", "load_tiny_model"],
 }
 _NAME_TO_MODULE = {name: module for module, names in _IMPORT_STRUCTURE.items() for name in names}
 
@@ -63,10 +63,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from .axes import AXES, DEFAULT_AXES, AxisValue, GroupInputs, register_axis  # noqa: F401
-    from .callback import SAGOCallback  # noqa: F401
-    from .collator import VariantGroupCollator  # noqa: F401
-    from .config import SAGOConfig  # noqa: F401
+    from .cli.recipe import Recipe, load_recipe  # noqa: F401
     from .data import (  # noqa: F401
         VariantGroup,
         VariantSet,
@@ -75,9 +72,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         make_generator,
         resolve_sets,
     )
-    from .early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
     from .errors import SagoInputError  # noqa: F401
-    from .evaluator import SAGOEvaluator  # noqa: F401
+    from .eval.config import SAGOConfig  # noqa: F401
+    from .eval.evaluator import SAGOEvaluator  # noqa: F401
     from .functional import (  # noqa: F401
         activation_dispersion,
         anchor_activation_distance,
@@ -88,9 +85,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         mean_pairwise_abs_diff,
         relative_dispersion,
     )
-    from .loss import StabilityConfig, StabilityLoss  # noqa: F401
-    from .recipe import Recipe, load_recipe  # noqa: F401
-    from .results import EvalResult, GroupResult, SetResult  # noqa: F401
-    from .stability_trainer import StabilitySFTTrainer, StabilityTrainer  # noqa: F401
-    from .stats import axis_correlation, bootstrap_ci, kind_effect, paired_comparison, rank_reversal  # noqa: F401
-    from .tiny_model import load_tiny_model, tiny_model_path  # noqa: F401
+    from .functional.axes import AXES, DEFAULT_AXES, AxisValue, GroupInputs, register_axis  # noqa: F401
+    from .functional.stats import (  # noqa: F401
+        axis_correlation,
+        bootstrap_ci,
+        kind_effect,
+        paired_comparison,
+        rank_reversal,
+    )
+    from .integrations.callback import SAGOCallback  # noqa: F401
+    from .integrations.early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
+    from .model.tiny import load_tiny_model, tiny_model_path  # noqa: F401
+    from .results.records import EvalResult, GroupResult, SetResult  # noqa: F401
+    from .training.collator import VariantGroupCollator  # noqa: F401
+    from .training.loss import StabilityConfig, StabilityLoss  # noqa: F401
+    from .training.trainer import StabilitySFTTrainer, StabilityTrainer  # noqa: F401

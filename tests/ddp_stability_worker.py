@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainingArguments
 
-from sago_train.loss import StabilityConfig
-from sago_train.stability_trainer import StabilityTrainer
+from sago_train.training.loss import StabilityConfig
+from sago_train.training.trainer import StabilityTrainer
 from tests._tiny import make_llama, make_tokenizer, tiny_groups
 
 

@@ -50,7 +50,7 @@ def main() -> None:
         if kind == "step":
             extra.append(KillAtStep(n))
         elif kind == "eval":
-            from sago_train import extraction
+            from sago_train.eval import extraction
 
             real_score = extraction.Extractor.score
 

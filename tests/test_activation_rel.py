@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from sago_train import SAGOEvaluator
-from sago_train.axes import (
+from sago_train.data import VariantSet
+from sago_train.functional.axes import (
     DEFAULT_AXES,
     activation_relative,
     get_axis,
     in_instability,
     parse_axes,
 )
-from sago_train.data import VariantSet
-from sago_train.results import GroupResult
+from sago_train.results.records import GroupResult
 
 
 def _cos_dist(a: np.ndarray, b: np.ndarray) -> float:
@@ -98,7 +98,7 @@ def test_exceeds_one_when_variants_differ_more_than_unrelated_prompts():
 def test_collapse_does_not_lower_it():
     """Pulling *every* representation towards one direction lowers raw activation but not the ratio much:
     the test that raw activation cannot tell the two apart and activation_rel can."""
-    from sago_train.axes import activation_instability
+    from sago_train.functional.axes import activation_instability
 
     groups = _random_groups(3, [4, 4, 4, 4, 4, 4], shared=0.0)
     rng = np.random.default_rng(9)

@@ -17,7 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sago_train.axes import (
+from sago_train.errors import SagoInputError
+from sago_train.functional.axes import (
     AXES,
     DEFAULT_AXES,
     AxisValue,
@@ -34,9 +35,8 @@ from sago_train.axes import (
     register_axis,
     variant_correct,
 )
-from sago_train.errors import SagoInputError
-from sago_train.similarity import SIMILARITIES, get_similarity
-from sago_train.text import exact_match, normalize, token_f1, words
+from sago_train.functional.similarity import SIMILARITIES, get_similarity
+from sago_train.functional.text import exact_match, normalize, token_f1, words
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -471,7 +471,7 @@ def test_choice_index_numeric_options_are_texts_not_positions():
 
 
 def test_match_mode_auto_resolves_by_rendering():
-    from sago_train.axes.correctness import resolve_match_mode
+    from sago_train.functional.axes.correctness import resolve_match_mode
 
     assert resolve_match_mode("auto", chat_rendered=True) == "contains"
     assert resolve_match_mode("auto", chat_rendered=False) == "prefix"

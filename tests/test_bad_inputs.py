@@ -23,12 +23,12 @@ import pytest
 import yaml
 
 from sago_train.cli.main import main
+from sago_train.cli.recipe import load_recipe
+from sago_train.cli.runner import build_trainer
 from sago_train.data.generators import load_examples
 from sago_train.data.groups import VariantSet
 from sago_train.errors import SagoInputError
-from sago_train.recipe import load_recipe
-from sago_train.runner import build_trainer
-from sago_train.tiny_model import tiny_model_path
+from sago_train.model.tiny import tiny_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).resolve().parent / "data" / "bad"
@@ -326,7 +326,7 @@ def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, c
     """Issue 12 case 2: tokenized whole, a 50 MB variant took ~9 GB and a SIGABRT; now its group is skipped and
     counted from its character count, in the CLI output, summary.json and the Python result."""
     from sago_train import SAGOEvaluator
-    from sago_train.evaluator import SKIP_TOO_MANY_CHARS
+    from sago_train.eval.evaluator import SKIP_TOO_MANY_CHARS
 
     from ._limited import assert_bounded, run_cli_limited
 
@@ -336,7 +336,7 @@ def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, c
     assert rc == 0 and "Traceback" not in err, err
     assert "set 'huge': 1 groups, 1 skipped" in out, out
 
-    from sago_train import evaluator
+    from sago_train.eval import evaluator
 
     tokenized: list[int] = []
     real_encode = evaluator.encode_variant
@@ -362,7 +362,7 @@ def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, c
 def test_out_naming_a_file_fails_before_the_model_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12 case 4: --out naming an existing file used to fail after the whole evaluation."""
-    from sago_train import evaluator
+    from sago_train.eval import evaluator
     from sago_train.io import check_output_dir
 
     from ._limited import assert_one_error_line, run_cli_limited
@@ -388,7 +388,7 @@ def test_out_naming_a_file_fails_before_the_model_loads(tmp_path: Path, capsys: 
 @pytest.mark.parametrize("config", ["{}", '{"base_model_name_or_path": null}', "[1, 2]", "{not json"])
 def test_adapter_config_without_a_base_model(config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 12 case 5: {} was a KeyError traceback; null a misleading 'couldn't connect to huggingface.co'."""
-    from sago_train.modeling import load_model_and_tokenizer
+    from sago_train.model.loading import load_model_and_tokenizer
 
     from ._limited import assert_one_error_line, run_cli_limited
 
@@ -405,7 +405,7 @@ def test_adapter_config_without_a_base_model(config: str, tmp_path: Path, capsys
 
 def test_run_name_option_cannot_leave_the_runs_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 12 case 6 through --name (recipe_name_escapes.yaml covers the recipe's name:)."""
-    from sago_train.recipe import validate_run_name
+    from sago_train.cli.recipe import validate_run_name
 
     from ._limited import assert_one_error_line, run_cli_limited
 

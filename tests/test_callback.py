@@ -39,7 +39,7 @@ class Recorder(TrainerCallback):
 
 def fail_nth_evaluation(monkeypatch, n: int) -> dict[str, int]:
     """Make the n-th SAGO evaluation raise; returns the call counter (settable, to re-arm it)."""
-    from sago_train import evaluator as ev_mod
+    from sago_train.eval import evaluator as ev_mod
 
     calls = {"n": 0}
     real = ev_mod.SAGOEvaluator.evaluate

@@ -15,7 +15,7 @@ from sago_train.data import VariantSet
 from sago_train.data.generators import build_variant_set
 from sago_train.data.groups import bundled_set_paths, bundled_sets
 from sago_train.errors import SagoInputError
-from sago_train.extraction import Extractor, encode_variant, resolve_chat_template
+from sago_train.eval.extraction import Extractor, encode_variant, resolve_chat_template
 from sago_train.threads import planned_threads
 
 from .conftest import make_byte_tokenizer
@@ -34,7 +34,7 @@ RECS = [
 
 
 def test_resolve_chat_template():
-    from sago_train.tiny_model import load_tiny_model
+    from sago_train.model.tiny import load_tiny_model
 
     assert resolve_chat_template("auto", load_tiny_model()[1]) == "never"  # plain "User:/Assistant:" text
     assert resolve_chat_template("auto", make_byte_tokenizer()) == "never"

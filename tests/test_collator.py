@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sago_train.collator import GROUP_KEYS, VariantGroupCollator, mask_non_canonical_labels
 from sago_train.data import VariantGroup
 from sago_train.errors import SagoInputError
+from sago_train.training.collator import GROUP_KEYS, VariantGroupCollator, mask_non_canonical_labels
 from tests._tiny import make_tokenizer, tiny_groups
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sago_train.analysis.compare import compare_evaluations, load_evaluation, load_sources, parse_spec
 from sago_train.cli.main import main
-from sago_train.compare import compare_evaluations, load_evaluation, load_sources, parse_spec
 
 from .test_report import axis_values, run_cli, write_eval_dir, write_run_dir
 

@@ -9,7 +9,7 @@ import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback, SagoInputError
-from sago_train.monitoring import Snapshot
+from sago_train.integrations.monitor import Snapshot
 
 
 def snap(step: int, values, set_name="s", axis="activation") -> Snapshot:

@@ -271,7 +271,7 @@ def test_correctness_and_kinds_in_summary(byte_tokenizer, tiny_llama):
 def test_multiple_choice_correctness(byte_tokenizer, tiny_llama, monkeypatch):
     """Per-variant answers (shuffled options) are scored against each variant's own answer index; a group
     with choices but no answer gets no correctness, never 'wrong'."""
-    from sago_train.extraction import Extractor
+    from sago_train.eval.extraction import Extractor
 
     recs = [
         {"id": "mc", "variants": ["Pick one: A. red B. blue", "Choose: A. blue B. red", "red or blue? A. red B. blue"],

@@ -13,9 +13,9 @@ import scipy.stats as sps
 import torch
 
 from sago_train import SAGOEvaluator
-from sago_train.axes import activation_instability, activation_relative, confidence_instability
 from sago_train.data import VariantSet
-from sago_train.findings import (
+from sago_train.functional.axes import activation_instability, activation_relative, confidence_instability
+from sago_train.functional.findings import (
     axis_relations,
     holm,
     reversal_counts,
@@ -227,8 +227,8 @@ def test_eval_display_words_each_finding_by_its_test():
 
     from rich.console import Console
 
-    from sago_train.display import print_result
-    from sago_train.results import EvalResult, GroupResult, SetResult
+    from sago_train.analysis.display import print_result
+    from sago_train.results.records import EvalResult, GroupResult, SetResult
 
     rng = np.random.default_rng(12)
     groups = []

@@ -10,9 +10,9 @@ import torch
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from transformers import HfArgumentParser
 
-from sago_train.collator import VariantGroupCollator
 from sago_train.errors import SagoInputError
-from sago_train.loss import HiddenCapture, StabilityConfig, StabilityLoss, group_layout, split_batch
+from sago_train.training.collator import VariantGroupCollator
+from sago_train.training.loss import HiddenCapture, StabilityConfig, StabilityLoss, group_layout, split_batch
 from tests._tiny import make_llama, make_tokenizer, tiny_groups
 
 

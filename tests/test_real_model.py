@@ -12,7 +12,7 @@ import torch
 
 from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
-from sago_train.extraction import encode_continuation, encode_variant, resolve_chat_template
+from sago_train.eval.extraction import encode_continuation, encode_variant, resolve_chat_template
 
 from .test_evaluator import TOL, reference_group
 
@@ -93,7 +93,7 @@ def test_stability_sft_trainer_and_callback_on_the_real_model(real_smollm, tmp_p
     from trl import SFTConfig
 
     from sago_train import SAGOCallback, StabilityConfig
-    from sago_train.stability_trainer import StabilitySFTTrainer
+    from sago_train.training.trainer import StabilitySFTTrainer
 
     base, tok = real_smollm
     model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))

@@ -1,4 +1,4 @@
-"""The real-model cache (sago_train.real_model) without the real model: paths, locking, atomicity, and the
+"""The real-model cache (sago_train.model.real) without the real model: paths, locking, atomicity, and the
 one-line message for a missing package."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sago_train import real_model
 from sago_train.errors import SagoInputError
-from sago_train.real_model import (
+from sago_train.model import real as real_model
+from sago_train.model.real import (
     MARKER,
     REAL_MODELS,
     cache_root,

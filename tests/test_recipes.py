@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from sago_train.cli.main import COMMANDS, main
+from sago_train.cli.recipe import load_recipe, parse_overrides
 from sago_train.data.groups import VariantSet
 from sago_train.errors import SagoInputError
-from sago_train.recipe import load_recipe, parse_overrides
 from sago_train.version import __version__
 
 from .conftest import make_byte_tokenizer, make_tiny_model
@@ -325,7 +325,7 @@ def test_override_before_the_recipe_says_so(capsys):
 
 
 def test_relative_override_paths_are_relative_to_the_current_directory(tmp_path, monkeypatch):
-    from sago_train.recipe import apply_overrides, load_yaml, parse_recipe
+    from sago_train.cli.recipe import apply_overrides, load_yaml, parse_recipe
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.jsonl").write_text('{"prompt": "a", "completion": " b"}\n')
@@ -341,7 +341,7 @@ def test_relative_override_paths_are_relative_to_the_current_directory(tmp_path,
 @pytest.mark.parametrize("metric,match", [("sago/nope/activation", "not in monitor.sets"),
                                           ("sago/paraphrase/mirroring", "not computed")])
 def test_recipe_early_stopping_target_must_be_monitored(metric, match):
-    from sago_train.recipe import apply_overrides, load_yaml, parse_recipe
+    from sago_train.cli.recipe import apply_overrides, load_yaml, parse_recipe
 
     data = apply_overrides(load_yaml(ROOT / "recipes" / "demo.yaml"),
                            parse_overrides([f"--early_stopping.metric={metric}",
@@ -355,7 +355,7 @@ def test_same_recipe_same_seed_same_lora_initialization():
     recipe start from the same adapter whatever the process's torch RNG state was."""
     import torch
 
-    from sago_train.runner import build_trainer
+    from sago_train.cli.runner import build_trainer
 
     recipe = load_recipe(ROOT / "recipes" / "demo.yaml", ["--training.report_to=[]"])
     weights = []

@@ -38,7 +38,7 @@ def _all_jsonl_parse(out: Path) -> None:
 
 # ------------------------------------------------------------------ faults inside evaluations
 def test_oom_retries_with_smaller_batch_then_succeeds(tmp_path, monkeypatch, caplog):
-    from sago_train import extraction
+    from sago_train.eval import extraction
 
     real = extraction.Extractor.score
     sizes = []
@@ -59,7 +59,7 @@ def test_oom_retries_with_smaller_batch_then_succeeds(tmp_path, monkeypatch, cap
 
 
 def test_persistent_oom_skips_the_evaluation_with_a_reason(tmp_path, monkeypatch, caplog):
-    from sago_train import extraction
+    from sago_train.eval import extraction
 
     real = extraction.Extractor.score
     calls = {"n": 0}
@@ -132,7 +132,7 @@ def test_full_disk_keeps_what_was_written_and_training_goes_on(tmp_path, monkeyp
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, text)
 
-    from sago_train import monitoring
+    from sago_train.integrations import monitor as monitoring
 
     monkeypatch.setattr(sio, "atomic_write_text", write)
     monkeypatch.setattr(monitoring, "atomic_write_text", write)
@@ -229,7 +229,7 @@ def test_sigkill_then_resume_has_every_evaluation_once(tmp_path, reference_run, 
 
 # ------------------------------------------------------------------ determinism
 def test_same_seed_same_numbers_twice():
-    from sago_train.tiny_model import load_tiny_model
+    from sago_train.model.tiny import load_tiny_model
 
     model, tok = load_tiny_model()
     sets = {k: v.subset(range(10)) for k, v in bundled_sets().items()}

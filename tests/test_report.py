@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sago_train import stats
 from sago_train.cli.main import main
+from sago_train.functional import stats
 
 AXES = ("activation", "confidence", "generation", "mirroring")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -142,7 +142,7 @@ def test_report_help(capsys):
 
 @pytest.mark.slow
 def test_report_from_a_recorded_training_run(tmp_path, capsys):
-    from sago_train.callback import SAGOCallback
+    from sago_train.integrations.callback import SAGOCallback
 
     from ._trainer import make_trainer, variant_set
 
@@ -192,8 +192,8 @@ def test_two_runs_give_the_paired_comparison(tmp_path, capsys):
 
 
 def test_paired_comparison_pairs_by_group_id(tmp_path):
-    from sago_train.compare import load_evaluation
-    from sago_train.report import paired_against_first
+    from sago_train.analysis.compare import load_evaluation
+    from sago_train.analysis.report import paired_against_first
 
     values = axis_values(3)
     a = write_eval_dir(tmp_path / "a", {"s": values})
@@ -298,7 +298,7 @@ def _with_halves(path: Path, set_name: str, halves: dict[str, tuple[list[float],
 
 
 def test_report_findings_are_computed_per_set_from_records(tmp_path, capsys):
-    from sago_train.findings import axis_relations, split_half_reliability
+    from sago_train.functional.findings import axis_relations, split_half_reliability
 
     rng = np.random.default_rng(3)
     n = 30
@@ -351,8 +351,8 @@ def test_paired_comparison_flags_a_collapse_of_the_between_group_dispersion(tmp_
         _write_jsonl(path / "s.jsonl", recs)
     code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
     assert code == 0, err
-    from sago_train.compare import load_sources
-    from sago_train.report import paired_against_first
+    from sago_train.analysis.compare import load_sources
+    from sago_train.analysis.report import paired_against_first
 
     rows = {r["axis"]: r for r in paired_against_first(load_sources([a, b], last_only=True))}
     assert rows["between_dispersion"]["verdict"] == "B less dispersed (collapse)"

@@ -47,7 +47,7 @@ def test_no_eval_exec_pickle_or_unsafe_loads_in_the_package():
 
 
 def test_yaml_python_tags_are_rejected(tmp_path):
-    from sago_train.recipe import load_yaml
+    from sago_train.cli.recipe import load_yaml
 
     p = tmp_path / "r.yaml"
     p.write_text("sago_train_version: '0.1.0'\nmodel: !!python/object/apply:os.system ['echo pwned']\n")
@@ -58,8 +58,8 @@ def test_yaml_python_tags_are_rejected(tmp_path):
 def test_trust_remote_code_is_off_by_default(monkeypatch, saved_tiny_model):
     import transformers
 
-    from sago_train.modeling import load_model_and_tokenizer
-    from sago_train.recipe import ModelSection
+    from sago_train.cli.recipe import ModelSection
+    from sago_train.model.loading import load_model_and_tokenizer
 
     seen = {}
     real_model = transformers.AutoModelForCausalLM.from_pretrained

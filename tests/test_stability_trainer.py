@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import TrainerCallback, TrainingArguments
 
-from sago_train.collator import VariantGroupCollator
 from sago_train.errors import SagoInputError
-from sago_train.loss import StabilityConfig, group_layout, split_batch
-from sago_train.stability_trainer import StabilityTrainer
+from sago_train.training.collator import VariantGroupCollator
+from sago_train.training.loss import StabilityConfig, group_layout, split_batch
+from sago_train.training.trainer import StabilityTrainer
 from tests._proc import run as run_proc
 from tests._tiny import make_llama, make_tokenizer, tiny_groups
 
@@ -192,7 +192,7 @@ def test_sft_trainer_runs_and_logs_the_terms(tmp_path, tok):
     from datasets import Dataset
     from trl import SFTConfig
 
-    from sago_train.stability_trainer import StabilitySFTTrainer
+    from sago_train.training.trainer import StabilitySFTTrainer
 
     recorder = LogRecorder()
     args = SFTConfig(

@@ -1,4 +1,4 @@
-"""Tests for sago_train.stats: each function against scipy or a plain reference implementation."""
+"""Tests for sago_train.functional.stats: each function against scipy or a plain reference implementation."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from sago_train import stats
-from sago_train.stats import (
+from sago_train.functional import stats
+from sago_train.functional.stats import (
     Correlation,
     KindEffect,
     PairedResult,

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from sago_train.data import VariantSet
-from sago_train.text import words
-from sago_train.tiny_model import TINY_MODEL_PATH, load_tiny_model, tiny_model_path
+from sago_train.functional.text import words
+from sago_train.model.tiny import TINY_MODEL_PATH, load_tiny_model, tiny_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "sago_train" / "assets"

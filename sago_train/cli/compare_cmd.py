@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise SagoInputError(f"compare needs at least 2 directories, got {len(args.dirs)}")
     from rich.console import Console
 
-    from ..compare import compare_evaluations, load_sources
+    from ..analysis.compare import compare_evaluations, load_sources
     from ..io import atomic_write_json
 
     evals = load_sources(args.dirs, last_only=True)

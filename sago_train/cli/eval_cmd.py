@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Any
 
-from ..config import CHAT_TEMPLATE_MODES, SAGOConfig, parse_int_list
 from ..errors import SagoInputError
+from ..eval.config import CHAT_TEMPLATE_MODES, SAGOConfig, parse_int_list
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -80,7 +80,7 @@ def _unescape(text: str) -> str:
 def _sets_for(values: list[str] | None, model: str | None) -> Any:
     """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model."""
     from ..data.groups import BUNDLED_COLLECTIONS, bundled_sets, resolve_sets
-    from ..real_model import real_model_for
+    from ..model.real import real_model_for
 
     if not values:
         return bundled_sets("real" if model and real_model_for(model) else "tiny")
@@ -117,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .. import distributed
-    from ..display import print_result
-    from ..evaluator import SAGOEvaluator
+    from ..analysis.display import print_result
+    from ..eval.evaluator import SAGOEvaluator
 
     sets = _sets_for(args.sets, args.model)
     _init_distributed()
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model:
         model_path = args.model
     else:
-        from ..tiny_model import tiny_model_path
+        from ..model.tiny import tiny_model_path
 
         model_path = tiny_model_path()
     evaluator = SAGOEvaluator.from_pretrained(

@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def default_out(source: Any) -> Path:
     """Where a single directory's report goes when --out is not given: beside the results it reads."""
-    from ..compare import Run
+    from ..analysis.compare import Run
 
     if isinstance(source, Run):
         return source.sago_dir / "report"
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape as esc
 
-    from ..compare import load_sources
-    from ..report import is_significant, write_report
+    from ..analysis.compare import load_sources
+    from ..analysis.report import is_significant, write_report
 
     sources = load_sources(args.dirs)
     out = Path(args.out) if args.out is not None else default_out(sources[0])

@@ -46,10 +46,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from rich.console import Console
 
+    from ..integrations.monitor import claim_history
     from ..io import acquire_run_lock, check_output_dir, release_run_lock
-    from ..monitoring import claim_history
-    from ..recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
-    from ..runner import build_trainer, dry_run, save_resolved
+    from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
+    from .runner import build_trainer, dry_run, save_resolved
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
     if not Path(args.recipe).is_file():
@@ -93,11 +93,11 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     finally:
         if not args.dry_run:
             release_run_lock(sago_dir)
-    from ..callback import SAGOCallback
+    from ..integrations.callback import SAGOCallback
 
     cb = next((c for c in trainer.callback_handler.callbacks if isinstance(c, SAGOCallback)), None)
     if cb is not None and cb.last_result is not None and trainer.is_world_process_zero():
-        from ..display import print_result
+        from ..analysis.display import print_result
 
         console.print(f"last SAGO evaluation (step {trainer.state.global_step}):")
         print_result(cb.last_result, console)

@@ -1,0 +1,1 @@
+"""Comparing, ranking and reporting recorded evaluations."""

@@ -1,0 +1,134 @@
+"""Readable console tables for SAGO results (rich)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..results.records import EvalResult, SetResult
+
+ALPHA = 0.05
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def set_table(s: SetResult) -> Table:
+    t = Table(title=f"set '{s.name}': {s.n_groups} groups" + (f", {sum(s.skipped.values())} skipped" if s.skipped else ""),
+              title_justify="left")
+    t.add_column("axis")
+    t.add_column("instability", justify="right")
+    t.add_column("95% CI", justify="right")
+    t.add_column("n", justify="right")
+    for axis, sm in s.summaries.items():
+        t.add_row(axis, _fmt(sm.mean), f"[{_fmt(sm.ci_low)}, {_fmt(sm.ci_high)}]", str(sm.n))
+    sm = s.instability
+    t.add_row("[bold]instability[/bold]", _fmt(sm.mean), f"[{_fmt(sm.ci_low)}, {_fmt(sm.ci_high)}]", str(sm.n))
+    return t
+
+
+def kind_table(s: SetResult) -> Table | None:
+    if not s.kind_effects or s.kinds is None:
+        return None
+    t = Table(title=f"set '{s.name}' per kind (per-variant share of each axis; p = Friedman across groups)",
+              title_justify="left")
+    t.add_column("")
+    for k in s.kinds:
+        t.add_column(k, justify="right")
+    t.add_column("p", justify="right")
+    for axis, eff in s.kind_effects.items():
+        label = "accuracy" if axis == "correct" else axis
+        t.add_row(label, *[_fmt(eff.means.get(k)) for k in s.kinds], _fmt(eff.p_value, 4))
+    return t
+
+
+def reliability_table(s: SetResult) -> Table:
+    """Finding 1 on one set: split-half reliability of the per-group values of each axis."""
+    t = Table(title=f"set '{s.name}': is per-group instability noise? (split-half reliability)", title_justify="left")
+    for col in ("axis", "r (halves)", "Spearman-Brown", "p (permutation)", "n", "verdict"):
+        t.add_column(col, justify="left" if col in ("axis", "verdict") else "right")
+    for axis, rel in s.reliability.items():
+        t.add_row(axis, _fmt(rel.r, 2), _fmt(rel.reliability, 2), _fmt(rel.p_value, 4), str(rel.n),
+                  rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else ""))
+    return t
+
+
+def findings(result: EvalResult) -> list[str]:
+    """Plain-language findings, each with the test and the numbers behind it (SPEC "Findings")."""
+    notes: list[str] = []
+    for s in result.sets.values():
+        for axis, rel in s.reliability.items():
+            if rel.verdict(ALPHA) == "not noise":
+                notes.append(rel.sentence(s.name, axis, ALPHA))
+        for axis, eff in s.kind_effects.items():
+            if eff.p_value is not None and not math.isnan(eff.p_value) and eff.p_value < ALPHA:
+                means = {k: v for k, v in eff.means.items() if v is not None and not math.isnan(v)}
+                if not means:
+                    continue
+                if axis == "correct":
+                    worst = min(means, key=means.get)  # type: ignore[arg-type]
+                    notes.append(
+                        f"{s.name}: accuracy depends on the variant kind (Friedman p={eff.p_value:.2g}); lowest on "
+                        f"'{worst}' ({means[worst]:.2f})"
+                    )
+                else:
+                    worst = max(means, key=means.get)  # type: ignore[arg-type]
+                    notes.append(
+                        f"{s.name}: {axis} instability depends on the variant kind (Friedman p={eff.p_value:.2g}); "
+                        f"'{worst}' variants move most"
+                    )
+        acc: dict[str, Any] = s.correctness
+        if acc.get("n") and "per_kind" in acc and acc.get("spread", 0) > 0:
+            notes.append(
+                f"{s.name}: accuracy {acc['accuracy']:.2f} overall, worst-variant {acc['worst_variant_accuracy']:.2f}, "
+                f"spread across kinds {acc['spread']:.2f}"
+            )
+    undefined: dict[str, dict[str, list[bool]]] = {}
+    for rel in result.axis_relations(ALPHA):
+        for axis in rel.axes:
+            undefined.setdefault(rel.set, {}).setdefault(axis, []).append(rel.verdict == "undefined")
+        if rel.verdict != "undefined":
+            notes.append(rel.sentence())
+    for set_name, per_axis in undefined.items():
+        # An axis whose every relation is undefined is constant on the set (or the set has < 3 groups).
+        constant = [a for a, flags in per_axis.items() if all(flags)]
+        if constant:
+            notes.append(f"{set_name}: no relation to test for {', '.join(constant)} (constant over the groups, "
+                         "or fewer than 3 groups)")
+    return notes
+
+
+def print_result(result: EvalResult, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
+    for s in result.sets.values():
+        console.print(set_table(s))
+        if "activation_rel" in s.set_level:
+            console.print(f"  between-group activation dispersion {_fmt(s.between_dispersion)}: activation_rel = "
+                          "activation relative to it (1 = variants as far apart as unrelated prompts; a ratio, so "
+                          "not in 'instability')")
+        for note in s.notes:
+            console.print(f"  note: {note}")
+        acc = s.correctness
+        if acc.get("n"):
+            console.print(
+                f"  correctness ({acc['n']} groups): accuracy {acc['accuracy']:.3f}, worst-variant "
+                f"{acc['worst_variant_accuracy']:.3f}, all right {acc['all_right']:.3f}, all wrong {acc['all_wrong']:.3f}"
+            )
+        kt = kind_table(s)
+        if kt is not None:
+            console.print(kt)
+            for axis, eff in s.kind_effects.items():
+                if eff.note:
+                    console.print(f"  {axis}: {eff.note}")
+        console.print(reliability_table(s))
+    notes = findings(result)
+    if notes:
+        console.print(f"[bold]Findings[/bold] (alpha = {ALPHA}; axis relations per set, Holm-corrected over every "
+                      f"set and pair; 'distinct' = |rho| < 0.5 across the 95% CI)")
+        for n in notes:
+            console.print(f"  - {n}")

@@ -1,0 +1,335 @@
+"""``report.md`` and PNG plots over recorded SAGO results (run and eval directories; see :mod:`sago_train.analysis.compare`).
+
+Plots (matplotlib, drawn on :class:`matplotlib.figure.Figure` objects with the Agg canvas - pyplot's global
+state is never touched, so this is safe inside notebooks and tests):
+
+- ``steps_<set>.png``: each axis over training steps, mean over groups with its 95% bootstrap CI as a band,
+  several runs overlaid (only for run directories: an eval directory has no steps);
+- ``groups_<set>.png``: per-group values at the last evaluation (violin + one dot per group), per axis;
+- ``axis_correlation.png``: the Spearman correlation of per-group axis values at the last evaluation (groups of
+  every set pooled), one heatmap per run.
+
+(drawn in :mod:`sago_train.analysis.report_plots`). ``report.md`` embeds them by relative path and adds the last
+evaluation per set and axis (mean [CI]), accuracy, the change since the run's baseline, the findings with
+their tests (:mod:`sago_train.analysis.report_findings`), and - with several runs - the paired comparison of each run
+against the first on the groups both evaluated.
+
+Everything here reads the JSON files; the statistics come from :mod:`sago_train.functional.stats` and
+:mod:`sago_train.functional.findings`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SagoInputError
+from ..functional import stats
+from ..version import __version__
+from .compare import ACCURACY, BETWEEN, INSTABILITY, Evaluation, Run, ordered_union
+from .report_findings import findings_markdown
+from .report_plots import (
+    _colors,
+    _figure_class,
+    plot_correlation,
+    plot_groups,
+    plot_steps,
+    pooled_correlation,
+)
+
+__all__ = ["ALPHA", "ReportResult", "is_significant", "paired_against_first", "write_report"]
+
+ALPHA = 0.05
+
+
+@dataclass
+class ReportResult:
+    """What :func:`write_report` wrote: ``markdown`` (report.md), the ``plots`` and the paired comparisons."""
+
+    out_dir: Path
+    markdown: Path
+    plots: list[Path] = field(default_factory=list)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Formatting
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _num(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+
+
+def _fmt(x: Any) -> str:
+    """Three decimals, or scientific notation for small non-zero values (confidence can be ~1e-4)."""
+    v = _num(x)
+    if not math.isfinite(v):
+        return "-"
+    return f"{v:.3f}" if v == 0 or abs(v) >= 0.01 else f"{v:.2e}"
+
+
+def _fmt_p(p: Any) -> str:
+    v = _num(p)
+    return "-" if not math.isfinite(v) else f"{v:.3g}"
+
+
+def _fmt_ci(summary: dict[str, Any] | None) -> str:
+    if summary is None or not math.isfinite(_num(summary.get("mean"))):
+        return "-"
+    lo, hi = summary.get("ci_low"), summary.get("ci_high")
+    if not (math.isfinite(_num(lo)) and math.isfinite(_num(hi))):
+        return _fmt(summary["mean"])
+    return f"{_fmt(summary['mean'])} [{_fmt(lo)}, {_fmt(hi)}]"
+
+
+def _cell(text: Any) -> str:
+    """A markdown table cell: a '|' inside a label would split the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> list[str]:
+    """A markdown table; the first ``left`` columns (names) align left, the numbers right."""
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |",
+             "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Paired comparison
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def is_significant(row: dict[str, Any]) -> bool:
+    """Whether a row of :func:`paired_against_first` found a significant difference."""
+    return bool(row.get("n")) and row["verdict"].startswith(row["run"] + " ")
+
+
+def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, seed: int = 0) -> list[dict[str, Any]]:
+    """Each evaluation after the first against the first, per shared set and axis, paired by group id.
+
+    Row: ``{"run", "reference", "set", "axis", "n", "mean_diff", "ci_low", "ci_high", "p_less_stable",
+    "p_more_stable", "verdict"}`` with ``mean_diff = run - reference`` (> 0: ``run`` is less stable). Both
+    p-values are one-sided Wilcoxon signed-rank tests; since neither direction is chosen in advance, a
+    direction is called significant when its p < ``alpha / 2`` (a two-sided test at ``alpha`` overall).
+    With ``activation_rel`` recorded, a ``between_dispersion`` row compares each group's distance to the
+    other groups: "less dispersed" flags a fine-tune that pulled unrelated prompts together (a collapse).
+    """
+    if len(evals) < 2:
+        return []
+    ref = evals[0]
+    rows: list[dict[str, Any]] = []
+    for ev in evals[1:]:
+        for s in ref.sets:
+            if s not in ev.summaries:
+                continue
+            axes = [a for a in ref.axes[s] if a in ev.axes[s]] + [INSTABILITY]
+            if "activation_rel" in axes:
+                axes.append(BETWEEN)
+            for axis in axes:
+                before_by_id, after_by_id = ref.group_values(s, axis), ev.group_values(s, axis)
+                row: dict[str, Any] = {"run": ev.label, "reference": ref.label, "set": s, "axis": axis}
+                if before_by_id is None or after_by_id is None:
+                    rows.append({**row, "n": 0, "verdict": "no per-group records"})
+                    continue
+                common = [g for g in before_by_id if g in after_by_id]
+                before = np.array([before_by_id[g] for g in common], dtype=float)
+                after = np.array([after_by_id[g] for g in common], dtype=float)
+                if not common or not np.isfinite(before).any():
+                    rows.append({**row, "n": 0, "verdict": "no common groups"})
+                    continue
+                worse = stats.paired_comparison(before, after, alternative="greater", seed=seed)
+                better = stats.paired_comparison(before, after, alternative="less", seed=seed)
+                if worse.n == 0:
+                    rows.append({**row, "n": 0, "verdict": "no common groups with values"})
+                    continue
+                up, down = ("more dispersed", "less dispersed (collapse)") if axis == BETWEEN else \
+                    ("less stable", "more stable")
+                if worse.p_value < alpha / 2:
+                    verdict = f"{ev.label} {up}"
+                elif better.p_value < alpha / 2:
+                    verdict = f"{ev.label} {down}"
+                else:
+                    verdict = "no significant difference"
+                rows.append({**row, "n": worse.n, "mean_diff": worse.mean_diff, "ci_low": worse.ci_low,
+                             "ci_high": worse.ci_high, "p_less_stable": worse.p_value,
+                             "p_more_stable": better.p_value, "verdict": verdict})
+    return stats.to_jsonable(rows)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The report
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _describe(src: Run | Evaluation) -> str:
+    if isinstance(src, Run):
+        steps = src.steps
+        return f"training run, {len(steps)} evaluation(s), steps {steps[0]}..{steps[-1]}"
+    if src.kind == "run":
+        return f"training run, evaluation at step {src.step}"
+    return "evaluation" + (f" of {src.model}" if src.model else "")
+
+
+def _since_baseline(run: Run) -> list[list[Any]]:
+    """Rows from the last history line's paired test against the baseline (written by the callback)."""
+    last = run.history[-1]
+    rows = []
+    for s, per_axis in (last.get("compare") or {}).items():
+        for axis, entry in (per_axis or {}).items():
+            res = (entry or {}).get("vs_baseline")
+            if not res:
+                continue
+            p = _num(res.get("p_value"))
+            verdict = "less stable" if math.isfinite(p) and p < ALPHA else "-"
+            rows.append([run.label, s, axis, f"{res.get('step')} -> {last['step']}", res.get("n"),
+                         _fmt(res.get("mean_diff")), f"[{_fmt(res.get('ci_low'))}, {_fmt(res.get('ci_high'))}]",
+                         _fmt_p(p), verdict])
+    return rows
+
+
+def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike[str]) -> ReportResult:
+    """Write ``report.md`` and its PNG plots for one or more runs/evaluations (labels must be unique).
+
+    The first source is the reference of the paired comparison.
+    """
+    if not sources:
+        raise SagoInputError("nothing to report: give at least one run or evaluation directory")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise SagoInputError(f"--out {out} is a file, expected a directory")
+    _figure_class()  # fail early, before any work, when matplotlib is missing
+    out.mkdir(parents=True, exist_ok=True)
+    labels = [s.label for s in sources]
+    colors = _colors(labels)
+    runs = [s for s in sources if isinstance(s, Run)]
+    last = [s.evaluation() if isinstance(s, Run) else s for s in sources]
+    for ev, lab in zip(last, labels):
+        ev.label = lab
+    sets = ordered_union(e.sets for e in last)
+    result = ReportResult(out_dir=out, markdown=out / "report.md")
+
+    md: list[str] = [
+        "# SAGO report",
+        "",
+        f"Generated by sago_train {__version__}. Every axis is an instability, in [0, 1] except `activation_rel` "
+        "(activation over the set's between-group dispersion: 1 = variants as far apart as unrelated prompts): "
+        "0 = the model behaves the same on every variant of a group; lower is better. Means are over groups with 95% percentile-"
+        "bootstrap CIs; accuracy is reported beside stability, never folded into it.",
+        "",
+    ]
+    md += _table(["run", "source", "directory"], [[s.label, _describe(s), str(s.path)] for s in sources], left=3)
+    md.append("")
+
+    # -- last evaluation tables
+    md += ["## Last evaluation", ""]
+    for s in sets:
+        have = [e for e in last if s in e.summaries]
+        axes = ordered_union(e.axes[s] for e in have)
+        header = ["run", "step", *axes, INSTABILITY, ACCURACY, "groups"]
+        rows = []
+        for e in have:
+            acc = e.score(s, ACCURACY)
+            n = next((v.get("n") for v in e.summaries[s].values() if v.get("n") is not None), None)
+            rows.append([e.label, "-" if e.step is None else e.step,
+                         *(_fmt_ci(e.summaries[s].get(a)) for a in axes),
+                         _fmt_ci(e.summaries[s].get(INSTABILITY)), _fmt(acc["mean"]) if acc else "-",
+                         "-" if n is None else n])
+        md += [f"### set `{s}`", "", *_table(header, rows), ""]
+
+    # -- over training steps
+    if runs:
+        md += ["## Over training steps", "",
+               "Mean over groups at each evaluation; the band is the 95% bootstrap CI.", ""]
+        for s in sets:
+            png = plot_steps(runs, s, colors, out / f"steps_{s}.png")
+            if png is not None:
+                result.plots.append(png)
+                md += [f"![set {s} over training steps]({png.name})", ""]
+        baseline_rows = [row for r in runs for row in _since_baseline(r)]
+        if baseline_rows:
+            md += ["### Change since the baseline", "",
+                   "Last evaluation minus the baseline (the first evaluation) on the same groups; p = one-sided "
+                   f"Wilcoxon signed-rank test of 'less stable' (alpha = {ALPHA}), as recorded during training.",
+                   ""]
+            md += _table(["run", "set", "axis", "steps", "n", "difference", "95% CI", "p (less stable)", ""],
+                         baseline_rows, left=3)
+            md.append("")
+    else:
+        md += ["(No training history: these are evaluation directories, so there is no over-steps plot.)", ""]
+
+    # -- per-group distributions
+    md += ["## Per-group distributions (last evaluation)", ""]
+    for s in sets:
+        png = plot_groups(last, s, colors, out / f"groups_{s}.png")
+        if png is not None:
+            result.plots.append(png)
+            md += [f"![set {s} per-group values]({png.name})", ""]
+        else:
+            result.notes.append(f"set '{s}': no per-group records found, no distribution plot")
+    missing = [f"{e.label}/{s}" for e in last for s in e.sets if e.records(s) is None]
+    if missing:
+        md += ["Per-group records missing (no distribution, correlation or paired test for): "
+               + ", ".join(f"`{m}`" for m in missing), ""]
+
+    # -- axis correlation
+    correlations = [pooled_correlation(e) for e in last]
+    png = plot_correlation(last, correlations, out / "axis_correlation.png")
+    md += ["## Axis independence", ""]
+    if png is not None:
+        result.plots.append(png)
+        md += ["Spearman correlation of per-group axis values at the last evaluation (groups of every set "
+               "pooled: a description only; whether axes are distinct is tested per set under Findings).", "",
+               f"![axis correlation]({png.name})", ""]
+        md.append("")
+    else:
+        md += ["(Needs per-group records and at least two axes.)", ""]
+
+    md += findings_markdown(last)
+
+    # -- paired comparison
+    if len(last) > 1:
+        rows = paired_against_first(last)
+        result.comparisons = rows
+        ref = last[0].label
+        md += [f"## Paired comparison against `{ref}`", "",
+               f"Per set and axis, on the groups both evaluated (paired by group id): difference = run - `{ref}` "
+               "at each one's last evaluation (> 0: the run is less stable), its 95% paired-bootstrap CI, and "
+               "one-sided Wilcoxon signed-rank p-values for 'less stable' and 'more stable'. A direction is "
+               f"called significant when its p < {ALPHA / 2:g} (two-sided alpha = {ALPHA}); not corrected for "
+               "the number of sets and axes. The `between_dispersion` rows (each group's distance to the other groups, "
+               "recorded with `activation_rel`) read 'p (less stable)' as 'higher': a significant drop means the run "
+               "pulled unrelated prompts together, which lowers raw activation without any stability.", ""]
+        table_rows = []
+        for r in rows:
+            if not r.get("n"):
+                table_rows.append([r["run"], r["set"], r["axis"], 0, "-", "-", "-", "-", r["verdict"]])
+                continue
+            table_rows.append([r["run"], r["set"], r["axis"], r["n"], _fmt(r["mean_diff"]),
+                               f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]", _fmt_p(r["p_less_stable"]),
+                               _fmt_p(r["p_more_stable"]), r["verdict"]])
+        md += _table(["run", "set", "axis", "n", "difference", "95% CI", "p (less stable)", "p (more stable)",
+                      "verdict"], table_rows, left=3)
+        md.append("")
+        significant = [r for r in rows if is_significant(r)]
+        if significant:
+            md.append("Significant differences:")
+            md += [f"- set `{r['set']}`, {r['axis']}: {r['verdict']} than `{ref}` "
+                   f"(difference {_fmt(r['mean_diff'])}, p={_fmt_p(min(r['p_less_stable'], r['p_more_stable']))})"
+                   for r in significant]
+        else:
+            md.append(f"No significant stability difference from `{ref}` on any set or axis.")
+        md.append("")
+
+    from ..io import atomic_write_text
+
+    atomic_write_text(result.markdown, "\n".join(md).rstrip() + "\n")
+    return result

@@ -1,0 +1,122 @@
+"""The "Findings" section of ``report.md``: the three findings of SPEC "Findings", each computed from the
+recorded per-group values with the test behind it (:mod:`sago_train.functional.findings`), never from means alone."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import SagoInputError
+from ..functional import findings
+from .compare import INSTABILITY, Evaluation, compare_evaluations, ordered_union
+
+__all__ = ["findings_markdown", "reliability_from_records", "relations_from_records"]
+
+
+def _fmt(x: Any, digits: int = 2) -> str:
+    v = float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+    return "-" if not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _fmt_p(x: Any) -> str:
+    v = float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+    return "-" if not math.isfinite(v) else f"{v:.3g}"
+
+
+def reliability_from_records(ev: Evaluation, set_name: str, *, seed: int = 0) -> dict[str, findings.Reliability]:
+    """Split-half reliability per axis of one set from the records' ``halves`` (written by the evaluator);
+    empty when the set has no records."""
+    recs = ev.records(set_name)
+    if recs is None:
+        return {}
+    def half(r: dict[str, Any], axis: str, i: int) -> float:
+        pair = (r.get("halves") or {}).get(axis)
+        value = pair[i] if isinstance(pair, list) and len(pair) == 2 else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+    return {axis: findings.split_half_reliability([half(r, axis, 0) for r in recs], [half(r, axis, 1) for r in recs],
+                                                  seed=seed)
+            for axis in ev.axes.get(set_name, [])}
+
+
+def relations_from_records(ev: Evaluation, *, seed: int = 0) -> list[findings.Relation]:
+    """Finding 2 for one evaluation: Spearman per set from the per-group records (never pooled), Holm over
+    every set and pair of that evaluation."""
+    per_set: dict[str, dict[str, list[float]]] = {}
+    for s in ev.sets:
+        recs = ev.records(s)
+        if recs is None:
+            continue
+        per_set[s] = {a: [(ev.group_values(s, a) or {}).get(r["id"], math.nan) for r in recs] for a in ev.axes[s]}
+    return findings.axis_relations(per_set, seed=seed)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int) -> list[str]:
+    lines = ["| " + " | ".join(map(str, header)) + " |",
+             "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|"]
+    return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+
+
+def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
+    """Markdown lines: reliability (finding 1), axis relations per set (finding 2), rank reversal with robust
+    flips (finding 3, with several evaluations and sets)."""
+    md = ["## Findings", "",
+          "Each claim with the test behind it (SPEC \"Findings\"); a mean whose CI excludes 0 is no evidence, "
+          "since every axis is >= 0 by construction.", "",
+          "### 1. Is per-group instability noise? (split-half reliability)", "",
+          "Each group's variants are split into two fixed, seeded halves (K >= 4); the axis is measured on each "
+          "half; Spearman r across groups between the halves, Spearman-Brown corrected (2r/(1+r)), one-sided "
+          f"permutation p (one half shuffled across groups). 'not noise' = p < {findings.ALPHA}.", ""]
+    rows = []
+    for ev in last:
+        for s in ev.sets:
+            for axis, rel in reliability_from_records(ev, s).items():
+                rows.append([ev.label, s, axis, _fmt(rel.r), _fmt(rel.reliability), _fmt_p(rel.p_value), rel.n,
+                             rel.verdict() + (f" ({rel.note})" if rel.note else "")])
+    md += _table(["run", "set", "axis", "r (halves)", "Spearman-Brown", "p", "groups", "verdict"], rows, 3) if rows \
+        else ["(Needs per-group records with split halves, written by sago_train >= this version.)"]
+    md += ["", "### 2. Are the axes distinct? (per set, never pooled)", "",
+           f"Spearman rho per set with a 95% bootstrap CI over groups and Holm-corrected p-values: 'distinct' "
+           f"only when |rho| < {findings.DISTINCT_BOUND} across the CI, 'related' when the corrected p < "
+           f"{findings.ALPHA}, else 'inconclusive'.", ""]
+    any_rel = False
+    for ev in last:
+        rels = relations_from_records(ev)
+        shown = [r for r in rels if r.verdict != "undefined"]
+        if shown:
+            any_rel = True
+            md += [f"- {ev.label}, {r.sentence()}" for r in shown]
+        undefined = sorted({f"{r.set}: {a}" for r in rels if r.verdict == "undefined" for a in r.axes
+                            if all(x.verdict == "undefined" for x in rels if x.set == r.set and a in x.axes)})
+        if undefined:
+            md.append(f"- {ev.label}: no relation to test (constant axis): " + ", ".join(undefined))
+    if not any_rel:
+        md.append("(Needs per-group records and at least two non-constant axes.)")
+    md += ["", "### 3. Do rankings reverse across sets?", ""]
+    shared = [s for s in ordered_union(e.sets for e in last) if sum(s in e.sets for e in last) >= 2]
+    if len(last) < 2 or len(shared) < 2:
+        md.append("(Needs at least two runs or evaluations on at least two shared sets.)")
+        return md + [""]
+    try:
+        cmp = compare_evaluations(last)
+    except SagoInputError as err:
+        return md + [f"(Not computed: {err.message})", ""]
+    rows = []
+    for axis, r in cmp["axes"].items():
+        c = r["reversal"]
+        robust = [f for f in r["flips"] if f["robust"]]
+        example = ""
+        if robust:
+            f = robust[0]
+            s1, s2 = f["sets"]
+            example = (f"{f['order'][s1][0]} beats {f['order'][s1][1]} on {s1}, the reverse on {s2} (p = "
+                       f"{_fmt_p(f['tests'][s1]['p_value'])}, {_fmt_p(f['tests'][s2]['p_value'])})")
+        rows.append([axis, c["pairs"], c["flipped"], c["robust"], c["unknown"], example or "-"])
+    md += ["Pairs of runs whose order differs between two sets ('flip in means'), and those whose flip is "
+           f"robust: a two-sided paired Wilcoxon test (groups paired by id) with p < {findings.ALPHA} on both sets, "
+           "in the direction of each set's order. Headlines quote robust flips.", ""]
+    md += _table(["axis", "pairs", "flip in means", "robust flips", "untested", "example of a robust flip"], rows, 1)
+    if INSTABILITY in cmp["axes"]:
+        md += ["", "(`instability` is the mean of the [0, 1] axes, ranked like an axis.)"]
+    return md + [""]

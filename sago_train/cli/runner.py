@@ -1,0 +1,352 @@
+"""Run a recipe: load the model (and LoRA), the data, the monitoring sets, build the trainer with its
+callbacks, and train. The CLI's ``sago-train run`` is a thin wrapper around :func:`run_recipe`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..data.groups import VariantSet, read_jsonl, too_long_variant
+from ..errors import SagoInputError
+from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
+from .recipe import Recipe
+
+logger = logging.getLogger(__name__)
+
+
+def wandb_mode_default() -> None:
+    """W&B runs offline unless the user has logged in (an API key in the environment or ~/.netrc)."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = Path.home() / ".netrc"
+    if netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return
+    os.environ["WANDB_MODE"] = "offline"
+
+
+def load_records(recipe: Recipe, value: str, what: str) -> list[dict[str, Any]]:
+    return load_located_records(recipe, value, what)[0]
+
+
+def load_located_records(recipe: Recipe, value: str, what: str) -> tuple[list[dict[str, Any]], list[int] | None]:
+    """The records and, for a local JSONL file, the line of each (None for a hub dataset)."""
+    path = recipe.resolve_path(value)
+    if Path(path).exists():
+        pairs = list(read_jsonl(path, max_file_bytes=MAX_TRAIN_FILE_BYTES, what="training data file"))
+        return [rec for _, rec in pairs], [n for n, _ in pairs]
+    try:
+        import datasets
+
+        return list(datasets.load_dataset(path, split="train")), None
+    except Exception as err:  # noqa: BLE001 - becomes a clear user error
+        raise SagoInputError(f"{what}: '{value}' is not a local file and could not be loaded as a dataset: "
+                             f"{str(err).splitlines()[0] if str(err) else type(err).__name__}",
+                             key=f"data.{what}", source=recipe.source) from err
+
+
+def detect_format(records: list[dict[str, Any]], declared: str, source: str) -> str:
+    if not records:
+        raise SagoInputError("no training records", source=source)
+    if declared != "auto":
+        return declared
+    first = records[0]
+    if not isinstance(first, dict):
+        raise SagoInputError("expected JSON objects as training records", source=source, line=1)
+    if "variants" in first:
+        return "groups"
+    if "prompt" in first and "completion" in first or "text" in first or "messages" in first:
+        return "sft"
+    raise SagoInputError(f"cannot tell the data format from keys {sorted(first)}", source=source,
+                         hint="records are {prompt, completion}, {text} or {variants, target}")
+
+
+def validate_groups(
+    records: list[Any], source: str, *, lines: list[int] | None = None, batch_size: int = 1
+) -> None:
+    """Check every training group (``{variants, target}``) up front, naming the file and line, so that a bad
+    record fails before the model loads instead of in the collator in the middle of training. With
+    ``batch_size > 1`` groups are batched together, so they must all have the same number of variants."""
+    from ..training.collator import _group_of
+
+    first: tuple[int, int | None] | None = None  # (K, line) of the first group
+    for i, rec in enumerate(records):
+        line = lines[i] if lines is not None else None
+        where = f"training group {i}" if line is None else "training group"
+        if not isinstance(rec, dict):
+            raise SagoInputError(f"{where}: expected a JSON object with 'variants' and 'target', got "
+                                 f"{type(rec).__name__}", source=source, line=line)
+        if "id" in rec:
+            where += f" '{rec['id']}'"
+        try:
+            group, target = _group_of(rec, i, label=where)
+        except SagoInputError as err:
+            raise SagoInputError(err.message, source=source, line=line, key=err.key, hint=err.hint) from None
+        long_variant = too_long_variant(group)
+        if long_variant is not None or len(target) > MAX_VARIANT_CHARS:
+            # The collator would tokenize it mid-training; megabytes of text can exhaust memory there.
+            what = f"variant {long_variant}" if long_variant is not None else "the target"
+            raise SagoInputError(f"{where}: {what} is longer than {MAX_VARIANT_CHARS:,} characters "
+                                 "(MAX_VARIANT_CHARS)", source=source, line=line,
+                                 key="variants" if long_variant is not None else "target",
+                                 hint="shorten it or drop the group")
+        if first is None:
+            first = (group.k, line)
+        elif batch_size > 1 and group.k != first[0]:
+            other = f"the group on line {first[1]}" if first[1] is not None else "group 0"
+            raise SagoInputError(
+                f"{where} has {group.k} variants but {other} has {first[0]}: groups batched together "
+                f"(per_device_train_batch_size={batch_size}) must have the same number of variants",
+                source=source, line=line, key="variants",
+                hint="give every group the same K, or set training.per_device_train_batch_size: 1",
+            )
+
+
+def _check_sft_lengths(records: list[Any], source: str, lines: list[int] | None) -> None:
+    """Text fields longer than ``MAX_VARIANT_CHARS`` are refused before anything tokenizes them (tokenizing
+    tens of megabytes at once can exhaust memory); ``data.max_length`` truncates tokens, not characters."""
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            continue
+        for key in ("prompt", "completion", "text"):
+            value = rec.get(key)
+            if isinstance(value, str) and len(value) > MAX_VARIANT_CHARS:
+                raise SagoInputError(f"'{key}' is longer than {MAX_VARIANT_CHARS:,} characters (MAX_VARIANT_CHARS)",
+                                     source=source, line=lines[i] if lines is not None else i + 1, key=key,
+                                     hint="split the record into smaller ones")
+
+
+def tokenize_sft(records: list[dict[str, Any]], tokenizer: Any, max_length: int | None, source: str) -> list[dict]:
+    """``{prompt, completion}`` -> input_ids with labels on the completion (and EOS) only; ``{text}`` -> all."""
+    eos = tokenizer.eos_token_id
+    out = []
+    for i, r in enumerate(records):
+        if "prompt" in r and "completion" in r:
+            if not isinstance(r["prompt"], str) or not isinstance(r["completion"], str):
+                raise SagoInputError("'prompt' and 'completion' must be strings", source=source, line=i + 1)
+            p = list(tokenizer(r["prompt"])["input_ids"])
+            c = list(tokenizer(r["completion"], add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
+            ids, labels = p + c, [-100] * len(p) + c
+        elif "text" in r and isinstance(r["text"], str):
+            ids = list(tokenizer(r["text"])["input_ids"])
+            labels = list(ids)
+        else:
+            raise SagoInputError(f"expected {{prompt, completion}} or {{text}}, got keys {sorted(r)}", source=source,
+                                 line=i + 1)
+        if max_length:
+            ids, labels = ids[:max_length], labels[:max_length]
+        out.append({"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels})
+    return out
+
+
+def build_model(recipe: Recipe) -> tuple[Any, Any]:
+    from ..model.loading import load_model_and_tokenizer
+    from ..threads import configure_torch_threads
+
+    configure_torch_threads()
+    m = recipe.model
+    try:
+        model, tokenizer = load_model_and_tokenizer(recipe.resolve_path(m.path), dtype=m.dtype, device="cpu",
+                                                    trust_remote_code=m.trust_remote_code)
+    except SagoInputError as err:
+        if err.source is not None:
+            raise
+        raise recipe.error(err.message, f"model.{err.key}" if err.key and err.key != "model" else "model.path",
+                           hint=err.hint) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if m.lora is not None:
+        try:
+            import peft
+        except ImportError as err:
+            raise SagoInputError("model.lora needs peft", hint="pip install 'sago_train[peft]'") from err
+        config = peft.LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
+                                 target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
+        try:
+            model = peft.get_peft_model(model, config)
+        except (ValueError, TypeError) as err:  # e.g. target modules the model does not have
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            raise recipe.error(f"LoRA cannot be applied to this model: {first}", "model.lora.target_modules",
+                               hint="name modules the model has, e.g. [q_proj, v_proj], or 'all-linear'") from None
+    return model, tokenizer
+
+
+def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False) -> Any:
+    """Everything but ``train()``: model, data, callbacks and the right trainer class. ``overwrite`` lets a
+    fresh run replace another run's SAGO history in the output directory (see :class:`SAGOCallback`)."""
+    from ..eval.config import SAGOConfig
+    from ..integrations.callback import SAGOCallback
+    from ..integrations.early_stopping import SAGOEarlyStoppingCallback
+    from ..training.loss import StabilityConfig
+
+    # Everything the user wrote (data, training arguments, sets, callbacks) is checked before the model loads,
+    # so that a bad input fails fast with one clear line.
+    src = recipe.resolve_path(recipe.data.train)
+    records, lines = load_located_records(recipe, recipe.data.train, "train")
+    if recipe.data.limit:
+        records = records[: recipe.data.limit]
+        lines = lines[: recipe.data.limit] if lines is not None else None
+    fmt = detect_format(records, recipe.data.format, src)
+    eval_records, eval_lines = (load_located_records(recipe, recipe.data.eval, "eval") if recipe.data.eval
+                                else (None, None))
+
+    training = dict(recipe.training)
+    training.setdefault("output_dir", str(Path("runs") / recipe.name))
+    if output_dir:
+        training["output_dir"] = output_dir
+    if "wandb" in (training.get("report_to") or []):
+        wandb_mode_default()
+    if fmt == "groups" and recipe.trainer != "sft":
+        training.setdefault("remove_unused_columns", False)
+    try:
+        if recipe.trainer == "sft":
+            from trl import SFTConfig
+
+            args = SFTConfig(**training)
+        else:
+            from transformers import TrainingArguments
+
+            args = TrainingArguments(**training)
+    except (TypeError, ValueError, ImportError) as err:  # ImportError: e.g. deepspeed asked for, not installed
+        first_line = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+        raise SagoInputError(f"invalid training arguments: {first_line}", source=recipe.source,
+                             key="training") from None
+    if fmt == "sft":
+        _check_sft_lengths(records, src, lines)
+    if fmt == "groups":
+        validate_groups(records, src, lines=lines, batch_size=args.per_device_train_batch_size)
+        if eval_records is not None:
+            validate_groups(eval_records, recipe.resolve_path(recipe.data.eval or ""), lines=eval_lines,
+                            batch_size=args.per_device_eval_batch_size)
+
+    callbacks: list[Any] = []
+    if recipe.monitor.sets:
+        sets = {name: _load_set(recipe, name, p) for name, p in recipe.monitor.sets.items()}
+        try:
+            callbacks.append(SAGOCallback(sets, eval_steps=recipe.monitor.eval_steps, baseline=recipe.monitor.baseline,
+                                          overhead_budget=recipe.monitor.overhead_budget, overwrite=overwrite,
+                                          config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
+        except SagoInputError as err:
+            raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
+                                 hint=err.hint) from None
+    if recipe.early_stopping is not None:
+        callbacks.append(SAGOEarlyStoppingCallback(**dataclasses.asdict(recipe.early_stopping)))
+
+    stability = recipe.stability
+    if fmt == "groups" and stability is None:
+        stability = StabilityConfig(act_weight=0.0, conf_weight=0.0)  # groups without the extra terms
+    if stability is not None and stability.enabled and fmt != "groups":
+        raise SagoInputError("the stability loss needs training data of variant groups ({variants, target})",
+                             source=recipe.source, key="data.train")
+
+    # Seed before the model is built: LoRA adapters are initialized randomly and torch's default seed differs
+    # from process to process, so without this the same recipe and seed would train different adapters.
+    from transformers import set_seed
+
+    set_seed(int(recipe.training.get("seed", 42)))
+    model, tokenizer = build_model(recipe)
+    _check_layers(recipe, callbacks, model)
+    try:
+        return _make_trainer(recipe, fmt, args, model, tokenizer, records, eval_records, callbacks, stability, src)
+    except SagoInputError as err:
+        if err.source is not None:
+            raise
+        # Raised by the stability loss at construction (e.g. an out-of-range layer): name the recipe line.
+        raise recipe.error(err.message, f"stability.{err.key}" if err.key else "stability", hint=err.hint) from None
+
+
+def _check_layers(recipe: Recipe, callbacks: list[Any], model: Any) -> None:
+    """Monitoring layers out of range fail now (at --dry-run too), like ``stability.layers``, not at the first
+    evaluation in the middle of training."""
+    from ..integrations.callback import SAGOCallback
+    from ..model.layers import num_decoder_layers, resolve_layers
+
+    for cb in callbacks:
+        if isinstance(cb, SAGOCallback) and cb.config.layers is not None:
+            try:
+                resolve_layers(cb.config.layers, num_decoder_layers(model))
+            except SagoInputError as err:
+                raise recipe.error(err.message, "monitor.options.layers", hint=err.hint) from None
+
+
+def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: Any, records: list[Any],
+                  eval_records: list[Any] | None, callbacks: list[Any], stability: Any, src: str) -> Any:
+    if recipe.trainer == "sft":
+        if fmt == "groups":
+            from ..training.trainer import StabilitySFTTrainer
+
+            args.remove_unused_columns = False
+            return StabilitySFTTrainer(model=model, args=args, train_dataset=_dataset(records),
+                                       eval_dataset=_dataset(eval_records), processing_class=tokenizer,
+                                       callbacks=callbacks, stability_config=stability)
+        from trl import SFTTrainer
+
+        return SFTTrainer(model=model, args=args, train_dataset=_dataset(records), eval_dataset=_dataset(eval_records),
+                          processing_class=tokenizer, callbacks=callbacks)
+
+    from transformers import DataCollatorForSeq2Seq, Trainer
+
+    if fmt == "groups":
+        from ..training.collator import VariantGroupCollator
+        from ..training.trainer import StabilityTrainer
+
+        return StabilityTrainer(model=model, args=args, train_dataset=records, eval_dataset=eval_records,
+                                data_collator=VariantGroupCollator(tokenizer, max_length=recipe.data.max_length),
+                                processing_class=tokenizer, callbacks=callbacks, stability_config=stability)
+    train = tokenize_sft(records, tokenizer, recipe.data.max_length, src)
+    evals = tokenize_sft(eval_records, tokenizer, recipe.data.max_length, src) if eval_records else None
+    return Trainer(model=model, args=args, train_dataset=train, eval_dataset=evals, processing_class=tokenizer,
+                   data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
+                   callbacks=callbacks)
+
+
+def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
+    from ..data.groups import validate_set_name
+
+    # The name is the recipe's: an invalid one is reported against the recipe line (parse_recipe checks it
+    # too; a VariantSet built from a mapping in Python reaches here without that check).
+    validate_set_name(name, source=recipe.source, key=f"monitor.sets.{name[:100]}",
+                      line=recipe.lines.get(f"monitor.sets.{name}") or recipe.lines.get("monitor.sets"))
+    try:
+        return VariantSet.from_jsonl(recipe.resolve_path(value), name=name)
+    except SagoInputError as err:
+        if err.source is not None and err.line is not None:  # an error inside the set file names that file
+            raise
+        raise SagoInputError(f"{err.source + ': ' if err.source else ''}{err.message}", source=recipe.source,
+                             line=recipe.lines.get(f"monitor.sets.{name}"), key=f"monitor.sets.{name}",
+                             hint=err.hint) from None
+
+
+def _dataset(records: list[dict[str, Any]] | None) -> Any:
+    if records is None:
+        return None
+    import datasets
+
+    return datasets.Dataset.from_list(records)
+
+
+def dry_run(trainer: Any) -> float:
+    """One batch through the loss (no optimizer step, no SAGO evaluation): checks data, model and trainer fit."""
+    import torch
+
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.model.train()
+    with torch.no_grad():
+        loss = trainer.compute_loss(trainer.model, batch)
+    value = float(loss.detach())
+    if value != value:  # NaN
+        raise SagoInputError("dry run: the loss is NaN")
+    return value
+
+
+def save_resolved(recipe: Recipe, data: dict[str, Any], output_dir: str) -> None:
+    """Keep the recipe as it ran (after overrides) beside the outputs, for provenance."""
+    from ..io import atomic_write_text
+
+    plain = json.loads(json.dumps(data, default=str))
+    atomic_write_text(Path(output_dir) / "recipe.yaml", yaml.safe_dump(plain, sort_keys=False))

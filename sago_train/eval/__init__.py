@@ -1,0 +1,1 @@
+"""SAGO evaluation: its settings, the extraction of activations/log-probs/generations, the evaluator."""

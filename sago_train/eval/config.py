@@ -1,0 +1,120 @@
+"""``SAGOConfig``: the options of a SAGO evaluation, shared by ``sago-train eval``, the evaluator and the
+Trainer callback. Documented once, here."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SagoInputError, unknown_name_error
+from ..functional.axes import DEFAULT_AXES, parse_axes
+from ..functional.axes.correctness import MATCH_MODES
+from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
+
+#: How string variants are fed to the model (SPEC "Chat rendering").
+CHAT_TEMPLATE_MODES = ("auto", "always", "never")
+
+
+@dataclass
+class SAGOConfig:
+    """Options of a SAGO evaluation.
+
+    Example:
+        >>> SAGOConfig(axes="activation,confidence", layers=[0, -1]).axes
+        ['activation', 'confidence']
+    """
+
+    axes: list[str] = field(
+        default_factory=lambda: list(DEFAULT_AXES),
+        metadata={"help": "Axes to compute: activation, activation_rel, confidence, generation, mirroring "
+                  "(comma-separated; default: all)."},
+    )
+    layers: list[int] | None = field(
+        default=None,
+        metadata={"help": "Decoder blocks for the activation axis (0-based, negatives from the end). "
+                  "Default: 4 evenly spaced blocks ending with the last."},
+    )
+    pooling: str = field(
+        default="last", metadata={"help": "Hidden-state pooling: 'last' prompt token or 'mean' over prompt tokens."}
+    )
+    similarity: str = field(
+        default="token_f1", metadata={"help": "Similarity for the generation axis: exact, token_f1 or embedding."}
+    )
+    embedding_model: str = field(
+        default=DEFAULT_EMBEDDING_MODEL,
+        metadata={"help": "sentence-transformers model name or path for similarity=embedding."},
+    )
+    max_new_tokens: int = field(default=32, metadata={"help": "Greedy generation length."})
+    stop_strings: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Strings that end a generation (in addition to EOS); the output is cut before them."},
+    )
+    chat_template: str = field(
+        default="auto",
+        metadata={"help": "How string variants are fed: 'always' renders each as one user message with the "
+                  "tokenizer's chat template and the generation prompt; 'never' feeds the string as it is; "
+                  "'auto' = 'always' when the tokenizer's chat template marks turns with special tokens (an "
+                  "instruct model's template), else 'never'. Message-list variants are always rendered."},
+    )
+    batch_size: int = field(default=32, metadata={"help": "Sequences per forward/generate batch."})
+    max_groups: int | None = field(
+        default=None,
+        metadata={"help": "Cap on groups per set and evaluation (a seeded subset, the same at every evaluation)."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed for the group subset and the bootstrap."})
+    n_bootstrap: int = field(default=2000, metadata={"help": "Bootstrap resamples for confidence intervals."})
+    correctness: str = field(
+        default="auto",
+        metadata={"help": "How an output matches the reference: prefix, contains, exact, or 'auto' = 'contains' "
+                  "for chat-rendered prompts (answers are sentences) and 'prefix' for plain completions."},
+    )
+    strict: bool = field(
+        default=False,
+        metadata={"help": "Raise on prompts longer than the model's context instead of skipping and counting them."},
+    )
+
+    def __post_init__(self) -> None:
+        self.axes = parse_axes(self.axes)
+        if isinstance(self.layers, str):
+            self.layers = parse_int_list(self.layers, "layers")
+        if self.pooling not in ("last", "mean"):
+            raise unknown_name_error("pooling", self.pooling, ("last", "mean"), key="pooling")
+        if self.similarity not in SIMILARITIES:
+            raise unknown_name_error("similarity", self.similarity, SIMILARITIES, key="similarity")
+        if isinstance(self.stop_strings, str):
+            self.stop_strings = [self.stop_strings]
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise unknown_name_error("chat_template mode", self.chat_template, CHAT_TEMPLATE_MODES,
+                                     key="chat_template")
+        if self.correctness not in MATCH_MODES:
+            raise unknown_name_error("correctness mode", self.correctness, MATCH_MODES, key="correctness")
+        for name in ("max_new_tokens", "batch_size", "n_bootstrap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SagoInputError(f"expected a positive integer, got {value!r}", key=name)
+        if self.max_groups is not None and (not isinstance(self.max_groups, int) or self.max_groups < 1):
+            raise SagoInputError(f"expected a positive integer or None, got {self.max_groups!r}", key="max_groups")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> SAGOConfig:
+        """Build from keyword options, rejecting unknown names with a suggestion."""
+        names = cls.field_names()
+        for key in kwargs:
+            if key not in names:
+                raise unknown_name_error("evaluation option", key, names, key=key)
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def parse_int_list(text: str, key: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SagoInputError(f"expected comma-separated integers, got {text!r}", key=key) from None

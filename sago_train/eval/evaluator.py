@@ -1,0 +1,377 @@
+"""``SAGOEvaluator``: compute the SAGO axes of a model on variant sets (the Python entry point; the CLI and
+the Trainer callback use it). It moves data only: maths lives in ``axes``/``functional``/``stats``."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import distributed
+from ..data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets, too_long_variant
+from ..errors import SagoInputError, short_repr
+from ..functional.axes import AxisValue, GroupInputs, add_partials, get_axis, variant_correct
+from ..functional.axes.correctness import resolve_match_mode
+from ..functional.findings import split_halves
+from ..functional.similarity import get_similarity
+from ..limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
+from ..model.layers import num_decoder_layers, resolve_layers
+from ..results.records import EvalResult, GroupResult, SetResult
+from .config import SAGOConfig
+from .degenerate import degenerate_warnings
+from .extraction import Extractor, context_length, encode_continuation, encode_variant, resolve_chat_template
+
+SKIP_TOO_LONG = "prompt longer than the model's context"
+SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"
+SKIP_TOO_MANY_CHARS = f"a variant longer than {MAX_VARIANT_CHARS:,} characters"
+
+
+def _variant_text(variant: Any) -> str:
+    if isinstance(variant, str):
+        return variant
+    return "\n".join(m.get("content", "") for m in variant)
+
+
+def select_groups(vs: VariantSet, max_groups: int | None, seed: int) -> list[int]:
+    """Indices of the groups to evaluate: all, or a seeded subset that is the same at every evaluation."""
+    n = len(vs)
+    if max_groups is None or max_groups >= n:
+        return list(range(n))
+    return sorted(random.Random(f"sago-subset:{seed}:{vs.name}").sample(range(n), max_groups))
+
+
+class SAGOEvaluator:
+    """Measures SAGO on variant sets.
+
+    Example:
+        >>> from sago_train import SAGOEvaluator, bundled_sets, tiny_model_path
+        >>> ev = SAGOEvaluator.from_pretrained(tiny_model_path(), axes="activation,confidence")  # doctest: +SKIP
+        >>> result = ev.evaluate(bundled_sets())  # doctest: +SKIP
+        >>> result.sets["paraphrase"].summaries["activation"].mean  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any, config: SAGOConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise SagoInputError("pass either config= or keyword options, not both")
+        self.config = config if config is not None else SAGOConfig.from_kwargs(**options)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.axes = [get_axis(a) for a in self.config.axes]
+        self.needs = set().union(*(a.needs for a in self.axes))
+        self._layers: list[int] | None = None
+        self._similarity: Callable | None = None
+        self.model_name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+        #: How string variants are fed ("always"/"never"), resolved once from config.chat_template.
+        self.chat_template = resolve_chat_template(self.config.chat_template, tokenizer)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        dtype: str | torch.dtype | None = None,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+        **options: Any,
+    ) -> SAGOEvaluator:
+        """Load a model (a full model or a PEFT adapter folder) and its tokenizer, then build an evaluator."""
+        from ..model.loading import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(
+            path, dtype=dtype, device=device, trust_remote_code=trust_remote_code
+        )
+        ev = cls(model, tokenizer, **options)
+        ev.model_name = str(path)
+        return ev
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def layers(self) -> list[int]:
+        if self._layers is None:
+            self._layers = resolve_layers(self.config.layers, num_decoder_layers(self.model))
+        return self._layers
+
+    @property
+    def similarity(self) -> Callable:
+        if self._similarity is None:
+            self._similarity = get_similarity(self.config.similarity, embedding_model=self.config.embedding_model)
+        return self._similarity
+
+    def _needs_generation(self, groups: list[VariantGroup]) -> bool:
+        if "generations" in self.needs:
+            return True
+        if "logprobs" in self.needs and any(g.reference is None for g in groups):
+            return True  # r falls back to the canonical variant's greedy output
+        return any(g.reference is not None or g.choices is not None for g in groups)  # correctness
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(
+        self, sets: SetsLike, *, progress: Callable[[int], None] | None = None
+    ) -> EvalResult:
+        """Evaluate every set; under ``torch.distributed`` groups are sharded across ranks and gathered, so
+        every rank returns the same full result."""
+        from ..threads import configure_torch_threads
+
+        configure_torch_threads()
+        resolved = resolve_sets(sets)
+        results = {name: self._evaluate_set(vs, progress) for name, vs in resolved.items()}
+        config = self.config.to_dict()
+        # What "auto" became, so that every output says how prompts were fed and answers matched.
+        config["resolved"] = {
+            "chat_template": self.chat_template,
+            "correctness": {n: r.correctness.get("mode") for n, r in results.items() if r.correctness.get("n")},
+        }
+        result = EvalResult(results, self.model_name, config, seed=self.config.seed)
+        result.warnings = degenerate_warnings(result)
+        return result
+
+    def count_sequences(self, sets: SetsLike) -> int:
+        """How many sequences (variants x passes) an evaluation processes on this rank, for progress bars."""
+        total = 0
+        for vs in resolve_sets(sets).values():
+            idx = select_groups(vs, self.config.max_groups, self.config.seed)
+            mine = [idx[i] for i in distributed.shard_indices(len(idx))]
+            k = sum(vs[i].k for i in mine)
+            passes = int(self._needs_generation([vs[i] for i in mine])) + int(
+                bool(self.needs & {"hidden", "logprobs"})
+            )
+            total += k * passes
+        return total
+
+    def _evaluate_set(self, vs: VariantSet, progress: Callable[[int], None] | None) -> SetResult:
+        cfg = self.config
+        chosen = select_groups(vs, cfg.max_groups, cfg.seed)
+        mine = [chosen[i] for i in distributed.shard_indices(len(chosen))]
+        # Decided on the whole selection, not the shard, so every rank makes the same collective calls.
+        need_generation = self._needs_generation([vs[i] for i in chosen])
+        local, skipped, totals = self._evaluate_groups(vs, mine, need_generation, progress)
+        gathered = distributed.gather_objects(local)
+        skipped_all = distributed.gather_objects([skipped])
+        # Set-level axes: each rank sums its groups' statistics; the per-rank sums are gathered here (the
+        # same collective calls on every rank, whatever its share), so every rank finalizes the same values.
+        totals_all = distributed.gather_objects([totals])
+        gathered.sort(key=lambda item: item[0])
+        skip_counts: dict[str, int] = {}
+        for part in skipped_all:
+            for reason, count in part.items():
+                skip_counts[reason] = skip_counts.get(reason, 0) + count
+        set_level: dict[str, dict[str, Any]] = {}
+        for axis in self.axes:
+            if axis.set_level is None:
+                continue
+            total = None
+            for part in totals_all:
+                total = add_partials(total, part.get(axis.name))
+            total = total or {}
+            set_level[axis.name] = axis.set_level.summary(total)
+            for _, g, pending in gathered:
+                full, half_values = pending[axis.name]
+                value = axis.set_level.finalize(full, total)
+                g.axes[axis.name] = value.value
+                g.per_variant[axis.name] = value.per_variant
+                g.extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+                if half_values:
+                    g.halves[axis.name] = [axis.set_level.finalize(h, total).value for h in half_values]
+        groups = [g for _, g, _ in gathered]
+        out = SetResult(
+            vs.name,
+            list(cfg.axes),
+            groups,
+            vs.kinds,
+            skip_counts,
+            seed=cfg.seed,
+            n_bootstrap=cfg.n_bootstrap,
+            set_level=set_level,
+        )
+        if out.correctness.get("n"):
+            out.correctness["mode"] = "+".join(sorted({self._match_mode(v) for g in vs.groups for v in g.variants}))
+        return out
+
+    def _match_mode(self, variant: Any) -> str:
+        return resolve_match_mode(self.config.correctness, self.chat_template == "always" or not isinstance(variant, str))
+
+    def _evaluate_groups(
+        self,
+        vs: VariantSet,
+        indices: list[int],
+        need_generation: bool,
+        progress: Callable[[int], None] | None,
+    ) -> tuple[list[tuple[int, GroupResult, dict[str, Any]]], dict[str, int], dict[str, Any]]:
+        cfg = self.config
+        tok = self.tokenizer
+        ctx = context_length(self.model) or MAX_VARIANT_TOKENS
+        groups: list[tuple[int, VariantGroup, list[list[int]]]] = []
+        skipped: dict[str, int] = {}
+        gen_budget = cfg.max_new_tokens
+        for i in indices:
+            g = vs[i]
+            long_variant = too_long_variant(g)
+            if long_variant is not None:  # counted before tokenizing: megabytes of text can exhaust memory
+                if cfg.strict:
+                    raise SagoInputError(
+                        f"group {short_repr(g.id)}: variant {long_variant} is longer than {MAX_VARIANT_CHARS:,} "
+                        "characters (MAX_VARIANT_CHARS)", source=vs.source,
+                        hint="shorten it, or drop --strict to skip and count the group")
+                skipped[SKIP_TOO_MANY_CHARS] = skipped.get(SKIP_TOO_MANY_CHARS, 0) + 1
+                continue
+            try:
+                prompts = [encode_variant(v, tok, chat=self.chat_template == "always") for v in g.variants]
+            except SagoInputError as err:
+                raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group {short_repr(g.id)}") from None
+            ref_len = len(encode_continuation(g.reference, tok)) if g.reference else 0
+            longest = max(len(p) for p in prompts) + max(gen_budget, ref_len)
+            if longest > ctx:
+                if cfg.strict:
+                    raise SagoInputError(
+                        f"group {short_repr(g.id)} needs {longest} tokens (prompt + continuation) but the model's context "
+                        f"is {ctx}",
+                        source=vs.source,
+                        hint="shorten the prompt, lower --max-new-tokens, or drop --strict to skip and count it",
+                    )
+                skipped[SKIP_TOO_LONG] = skipped.get(SKIP_TOO_LONG, 0) + 1
+                continue
+            groups.append((i, g, prompts))
+
+        extractor = Extractor(
+            self.model,
+            tok,
+            layers=self.layers if "hidden" in self.needs else [],
+            pooling=cfg.pooling,
+            batch_size=cfg.batch_size,
+            max_new_tokens=cfg.max_new_tokens,
+            stop_strings=cfg.stop_strings,
+            progress=progress,
+        )
+        flat_prompts = [p for _, _, ps in groups for p in ps]
+        offsets = []
+        pos = 0
+        for _, g, _ in groups:
+            offsets.append(pos)
+            pos += g.k
+
+        outputs: list[str] | None = None
+        if need_generation:
+            outputs = extractor.generate(flat_prompts)
+
+        # r: the reference when given, else the canonical variant's greedy output.
+        scored_refs: list[str | None] = []
+        for (_, g, _), off in zip(groups, offsets):
+            if g.reference is not None:
+                scored_refs.append(g.reference)
+            elif outputs is not None:
+                scored_refs.append(outputs[off + g.canonical])
+            else:
+                scored_refs.append(None)
+
+        hidden = logprobs = None
+        has_ref = [False] * len(flat_prompts)  # per variant: is there a continuation to score?
+        if self.needs & {"hidden", "logprobs"}:
+            conts = None
+            if "logprobs" in self.needs:
+                conts = []
+                for (_, g, _), r in zip(groups, scored_refs):
+                    ids = encode_continuation(r, tok) if r else []
+                    conts.extend([ids] * g.k)
+                has_ref = [bool(c) for c in conts]
+            scored = extractor.score(flat_prompts, conts, want_hidden="hidden" in self.needs)
+            hidden, logprobs = scored.hidden, scored.mean_logprob
+
+        results: list[tuple[int, GroupResult, dict[str, Any]]] = []
+        totals: dict[str, Any] = {}  # set-level axes: this rank's sum of the groups' partial statistics
+        for (i, g, _), off, r in zip(groups, offsets, scored_refs):
+            sl = slice(off, off + g.k)
+            # A broken model (NaN/inf activations) must not poison the statistics: skip and count the group.
+            bad_hidden = hidden is not None and not bool(torch.isfinite(hidden[sl]).all())
+            bad_lp = logprobs is not None and has_ref[off] and not bool(torch.isfinite(logprobs[sl]).all())
+            if bad_hidden or bad_lp:
+                skipped[SKIP_NON_FINITE] = skipped.get(SKIP_NON_FINITE, 0) + 1
+                continue
+            outs = outputs[sl] if outputs is not None else None
+            inputs = GroupInputs(
+                prompts=[_variant_text(v) for v in g.variants],
+                reference=g.reference,
+                outputs=outs,
+                hidden=hidden[sl] if hidden is not None else None,
+                logprobs=logprobs[sl] if logprobs is not None else None,
+                similarity=self.similarity if "generations" in self.needs else None,
+            )
+            split = split_halves(g.k, g.id, cfg.seed)
+            axes, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals)
+            correct = None
+            if outs is not None and (g.reference is not None or g.choices is not None):
+                per = [
+                    variant_correct(y, reference=g.reference, choices=g.choices_for(k), answer=g.answer_for(k),
+                                    mode=self._match_mode(g.variants[k]))
+                    for k, y in enumerate(outs)
+                ]
+                # A group with choices but no answer has no correctness (SPEC), never "wrong".
+                correct = None if any(c is None for c in per) else [bool(c) for c in per]
+            lp = [float(x) for x in logprobs[sl].tolist()] if logprobs is not None else None
+            if lp is not None and any(math.isnan(x) for x in lp):
+                lp = None
+            results.append(
+                (
+                    i,
+                    GroupResult(
+                        id=g.id,
+                        variants=g.variants,
+                        kinds=g.kinds,
+                        outputs=outs,
+                        reference=g.reference,
+                        scored_reference=r,
+                        axes=axes,
+                        per_variant=per_variant,
+                        logprobs=lp,
+                        correct=correct,
+                        extra=extra,
+                        split=[list(h) for h in split] if split is not None else None,
+                        halves=halves,
+                    ),
+                    pending,
+                )
+            )
+        return results, skipped, totals
+
+    def _axis_values(
+        self, inputs: GroupInputs, split: tuple[list[int], list[int]] | None, totals: dict[str, Any]
+    ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float], dict[str, list[float]], dict[str, Any]]:
+        """Every axis on one group, and on each half of its variants (for split-half reliability, SPEC
+        "Findings"). A set-level axis adds the group's statistics to ``totals`` (the halves' do not: a half is
+        measured against the whole set) and leaves its values pending."""
+        axes: dict[str, float] = {}
+        per_variant: dict[str, list[float]] = {}
+        extra: dict[str, float] = {}
+        halves: dict[str, list[float]] = {}
+        pending: dict[str, Any] = {}
+        subsets = [_subset(inputs, idx) for idx in split] if split is not None else []
+        for axis in self.axes:
+            value = axis.fn(inputs)
+            half_values = [axis.fn(sub) for sub in subsets]
+            if axis.set_level is not None:
+                totals[axis.name] = add_partials(totals.get(axis.name), value.partial)
+                pending[axis.name] = (AxisValue(value.value, value.per_variant, pending=value.pending),
+                                      [AxisValue(h.value, h.per_variant, pending=h.pending) for h in half_values])
+            axes[axis.name] = value.value
+            per_variant[axis.name] = value.per_variant
+            extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
+            if half_values:
+                halves[axis.name] = [h.value for h in half_values]
+        return axes, per_variant, extra, halves, pending
+
+
+def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:
+    """The same group restricted to the variants ``idx``."""
+    return GroupInputs(
+        prompts=[g.prompts[i] for i in idx],
+        reference=g.reference,
+        outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
+        hidden=g.hidden[idx] if g.hidden is not None else None,
+        logprobs=g.logprobs[idx] if g.logprobs is not None else None,
+        similarity=g.similarity,
+        options=g.options,
+    )

@@ -1,0 +1,392 @@
+"""Model plumbing for SAGO evaluation: batched greedy generation and one scoring forward per batch.
+
+The scoring forward runs ``x_k + r`` (prompt followed by the reference) once and yields both the pooled
+hidden vectors of the chosen decoder blocks (captured by forward hooks, so only ``[B, H]`` per layer is
+kept, never the whole stack) and the mean log-probability of ``r``. Because the model is causal, the
+hidden state at the last prompt token does not depend on the appended reference.
+
+Variants are sorted by length before batching (less padding); results are put back in input order, so
+they do not depend on batch size, order or padding side.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data.groups import Variant
+from ..errors import SagoInputError
+from ..model.layers import block_output, get_decoder_layers
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    """The id used for padding: the tokenizer's pad token, else EOS, else 0."""
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def _special_tokens(tokenizer: Any) -> list[str]:
+    specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    specials |= {t.content for t in added.values() if getattr(t, "special", False)}
+    return [t for t in specials if t]
+
+
+def resolve_chat_template(mode: str, tokenizer: Any) -> str:
+    """``always`` or ``never``: how string variants are fed (SPEC "Chat rendering").
+
+    ``auto`` is ``always`` when the tokenizer's chat template marks turns with special tokens, as every
+    instruct model's does (``<|im_start|>``, ``<|start_header_id|>``, BOS...); a template of plain text only
+    (the shipped tiny model's ``User: ...\nAssistant:``) is a formatting convention rather than the format
+    the model was trained to answer in, so its string variants are fed as they are.
+
+    Example:
+        >>> from sago_train.model.tiny import load_tiny_model
+        >>> resolve_chat_template("auto", load_tiny_model()[1])  # doctest: +SKIP
+        'never'
+    """
+    from .config import CHAT_TEMPLATE_MODES
+
+    if mode not in CHAT_TEMPLATE_MODES:
+        from ..errors import unknown_name_error
+
+        raise unknown_name_error("chat_template mode", mode, CHAT_TEMPLATE_MODES, key="chat_template")
+    if mode == "never":
+        return "never"
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if mode == "always":
+        if not has_template:
+            raise SagoInputError(
+                "chat_template is 'always' but this tokenizer has no chat template",
+                key="chat_template",
+                hint="use --chat-template never (or auto), or a model whose tokenizer defines chat_template",
+            )
+        return "always"
+    if not has_template:
+        return "never"
+    rendered = render_chat([{"role": "user", "content": "x"}], tokenizer)
+    return "always" if any(t in rendered for t in _special_tokens(tokenizer)) else "never"
+
+
+def render_chat(messages: list[dict[str, Any]], tokenizer: Any) -> str:
+    """The chat template applied with the generation prompt, as text (SPEC "Chat rendering")."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise SagoInputError(
+            "chat-message variants need a tokenizer with a chat template, and this tokenizer has none",
+            key="variants",
+            hint="use string variants, or a model whose tokenizer defines chat_template",
+        )
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode_variant(variant: Variant, tokenizer: Any, *, chat: bool = False) -> list[int]:
+    """SPEC prompt tokens: a string variant's default encoding (special tokens as the tokenizer adds them),
+    or, with ``chat`` and for every message-list variant, the chat template rendered with the generation
+    prompt (a string becomes one user message).
+
+    The rendered chat text already carries the template's special tokens, so it is encoded without adding
+    more (as ``apply_chat_template(tokenize=True)`` does).
+    """
+    if isinstance(variant, str) and not chat:
+        return list(tokenizer(variant)["input_ids"])
+    messages = [{"role": "user", "content": variant}] if isinstance(variant, str) else variant
+    text = render_chat(messages, tokenizer)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_continuation(text: str, tokenizer: Any) -> list[int]:
+    """Tokens of a reference/continuation: encoded without special tokens (SPEC confidence axis)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+def context_length(model: nn.Module) -> int | None:
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(text_config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _base_forward_params(model: nn.Module) -> set[str]:
+    base = model
+    if hasattr(base, "get_base_model"):
+        base = base.get_base_model()
+    return set(inspect.signature(base.forward).parameters)
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` and ``attention_mask`` for token sequences padded to the longest one.
+
+    Generation pads on the left (the new tokens follow every prompt directly); scoring pads on the right
+    (positions then start at 0 for every row, so no position ids are needed).
+
+    Example:
+        >>> ids, mask = pad_batch([[5, 6], [7]], pad_id=0, side="left")
+        >>> ids.tolist(), mask.tolist()
+        ([[5, 6], [0, 7]], [[1, 1], [0, 1]])
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, seq in enumerate(seqs):
+        cols = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[r, cols] = torch.tensor(list(seq), dtype=torch.long)
+        mask[r, cols] = 1
+    return ids, mask
+
+
+def _batches(order: Sequence[int], batch_size: int) -> list[list[int]]:
+    return [list(order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
+
+
+def _sync_batch_count(n: int) -> int:
+    """Under torch.distributed every rank must run the same number of forwards (ZeRO-3/FSDP gather
+    parameters collectively), so ranks with fewer batches repeat their last one."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return n
+    if torch.distributed.get_world_size() == 1:
+        return n
+    t = torch.tensor([n], dtype=torch.long)
+    if torch.distributed.get_backend() == "nccl":
+        t = t.cuda()
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return int(t.item())
+
+
+@contextmanager
+def eval_mode(model: nn.Module):
+    """Put the model in eval mode for the duration and restore train/eval mode of every sub-module."""
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, training in modes.items():
+            m.training = training
+
+
+@dataclass
+class ScoreOutput:
+    """``hidden``: ``[N, L, H]`` float32 pooled vectors; ``mean_logprob``: ``[N]`` (NaN where the reference
+    is empty)."""
+
+    hidden: torch.Tensor | None
+    mean_logprob: torch.Tensor | None
+
+
+class Extractor:
+    """Batched extraction from a causal LM.
+
+    Example:
+        >>> ex = Extractor(model, tokenizer, layers=[0, 3])  # doctest: +SKIP
+        >>> texts = ex.generate([tokenizer("The capital of France is")["input_ids"]])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        layers: Sequence[int] = (),
+        pooling: str = "last",
+        batch_size: int = 16,
+        max_new_tokens: int = 32,
+        stop_strings: Sequence[str] = (),
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        if pooling not in ("last", "mean"):
+            raise SagoInputError(f"pooling must be 'last' or 'mean', got {pooling!r}", key="pooling")
+        if batch_size < 1:
+            raise SagoInputError(f"batch size must be at least 1, got {batch_size}", key="batch_size")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.layers = list(layers)
+        self.pooling = pooling
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.stop_strings = [s for s in stop_strings if s]
+        self.pad_id = pad_id_of(tokenizer)
+        self.progress = progress
+        self._blocks = get_decoder_layers(model) if self.layers else None
+        params = _base_forward_params(model)
+        self._logits_to_keep = "logits_to_keep" in params
+
+    @property
+    def device(self) -> torch.device:
+        try:
+            return next(self.model.parameters()).device
+        except StopIteration:
+            return torch.device("cpu")
+
+    def _tick(self, n: int) -> None:
+        if self.progress is not None:
+            self.progress(n)
+
+    # ------------------------------------------------------------------ generation
+    def _generation_config(self) -> Any:
+        from transformers import GenerationConfig
+
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        return GenerationConfig(
+            max_new_tokens=self.max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=self.pad_id,
+            eos_token_id=gen_eos if gen_eos is not None else eos,
+            use_cache=True,
+            # Stop strings end a row's generation (its later tokens are padding); _truncate cuts the text.
+            stop_strings=list(self.stop_strings) or None,
+        )
+
+    def _truncate(self, text: str) -> str:
+        for stop in self.stop_strings:
+            cut = text.find(stop)
+            if cut >= 0:
+                text = text[:cut]
+        return text
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[str]:
+        """Greedy continuations of tokenized prompts (left-padded batches), decoded without special tokens."""
+        order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+        batches = _batches(order, self.batch_size)
+        n_runs = _sync_batch_count(len(batches))
+        if not batches:
+            if n_runs == 0:
+                return []
+            # This rank has nothing to do but must join the other ranks' collective forwards.
+            prompts, batches = [[self.pad_id]], [[0]]
+        config = self._generation_config()
+        eos_ids = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+        stop_ids = {i for i in eos_ids if i is not None}
+        out: list[str] = [""] * (len(prompts) if order else 0)
+        device = self.device
+        with eval_mode(self.model):
+            for b in range(n_runs):
+                idx = batches[min(b, len(batches) - 1)]
+                ids, mask = pad_batch([prompts[i] for i in idx], self.pad_id, side="left")
+                width = ids.shape[1]
+                extra = {"tokenizer": self.tokenizer} if self.stop_strings else {}
+                gen = self.model.generate(
+                    input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **extra
+                )
+                if b >= len(batches) or not out:
+                    continue  # a repeat that only keeps distributed ranks in step
+                new = gen[:, width:].tolist()
+                for r, i in enumerate(idx):
+                    toks = new[r]
+                    cut = next((j for j, t in enumerate(toks) if t in stop_ids), len(toks))
+                    text = self.tokenizer.decode(toks[:cut], skip_special_tokens=True)
+                    out[i] = self._truncate(text)
+                self._tick(len(idx))
+        return out
+
+    # ------------------------------------------------------------------ scoring
+    @torch.no_grad()
+    def score(
+        self,
+        prompts: Sequence[Sequence[int]],
+        continuations: Sequence[Sequence[int]] | None = None,
+        *,
+        want_hidden: bool = True,
+    ) -> ScoreOutput:
+        """One forward per batch over ``prompt + continuation``: pooled hidden vectors at ``self.layers``
+        and the mean log-probability of each continuation (NaN when it is empty)."""
+        n = len(prompts)
+        conts = continuations if continuations is not None else [[] for _ in range(n)]
+        want_lp = continuations is not None
+        want_hidden = want_hidden and bool(self.layers)
+        lengths = [len(p) + len(c) for p, c in zip(prompts, conts)]
+        order = sorted(range(n), key=lambda i: (lengths[i], i))
+        batches = _batches(order, self.batch_size)
+        n_runs = _sync_batch_count(len(batches))
+        if not batches:
+            if n_runs == 0:
+                return ScoreOutput(None, None)
+            # Nothing local, but the other ranks' collective forwards need this rank too.
+            prompts, conts, lengths, batches, real = [[self.pad_id]], [[]], [1], [[0]], 0
+        else:
+            real = len(batches)
+        hidden_out: torch.Tensor | None = None
+        lp_out = torch.full((n,), math.nan, dtype=torch.float64) if want_lp else None
+        device = self.device
+        captured: dict[int, torch.Tensor] = {}
+        pool_state: dict[str, torch.Tensor] = {}
+
+        def make_hook(layer: int) -> Callable[..., None]:
+            def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
+                h = block_output(output)
+                if self.pooling == "last":
+                    rows = torch.arange(h.shape[0], device=h.device)
+                    vec = h[rows, pool_state["last"]]
+                else:
+                    m = pool_state["prompt_mask"].float().unsqueeze(-1)
+                    vec = (h.float() * m).sum(1) / m.sum(1).clamp_min(1)  # SPEC: float32, also under bf16
+                captured[layer] = vec.float()
+
+            return hook
+
+        handles = []
+        if want_hidden and self._blocks is not None:
+            handles = [self._blocks[layer].register_forward_hook(make_hook(layer)) for layer in self.layers]
+        try:
+            with eval_mode(self.model):
+                for b in range(n_runs):
+                    idx = batches[min(b, len(batches) - 1)]
+                    ids, mask = pad_batch([list(prompts[i]) + list(conts[i]) for i in idx], self.pad_id)
+                    width = ids.shape[1]
+                    prompt_mask = torch.zeros((len(idx), width), dtype=torch.bool)
+                    for r, i in enumerate(idx):
+                        prompt_mask[r, : len(prompts[i])] = True
+                    last = torch.tensor([len(prompts[i]) - 1 for i in idx], dtype=torch.long)
+                    pool_state["last"] = last.to(device)
+                    pool_state["prompt_mask"] = prompt_mask.to(device)
+                    kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+                    kwargs["use_cache"] = False
+                    # Logits are needed only from the last prompt token on; with right padding that is a
+                    # suffix of the sequence, so the LM head can skip the rest.
+                    keep = width - int(last.min()) if want_lp else 1
+                    if self._logits_to_keep:
+                        kwargs["logits_to_keep"] = keep
+                    captured.clear()
+                    logits = self.model(**kwargs).logits
+                    if b >= real:
+                        continue
+                    offset = width - logits.shape[1]
+                    if want_hidden:
+                        stacked = torch.stack([captured[layer] for layer in self.layers], dim=1).cpu()
+                        if hidden_out is None:
+                            hidden_out = torch.zeros((n, len(self.layers), stacked.shape[-1]), dtype=torch.float32)
+                        hidden_out[idx] = stacked
+                    if want_lp and lp_out is not None:
+                        for r, i in enumerate(idx):
+                            c = conts[i]
+                            if not c:
+                                continue
+                            start = len(prompts[i]) - 1 - offset
+                            rows = logits[r, start : start + len(c)].float()
+                            logp = torch.log_softmax(rows, dim=-1)
+                            target = torch.tensor(c, dtype=torch.long, device=logp.device)
+                            lp_out[i] = float(logp.gather(-1, target[:, None]).double().mean())
+                    self._tick(len(idx))
+        finally:
+            for h in handles:
+                h.remove()
+        return ScoreOutput(hidden_out, lp_out)

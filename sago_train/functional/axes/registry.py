@@ -1,0 +1,138 @@
+"""The axis registry: each axis declares its name, direction and what it needs from the model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import SagoInputError, unknown_name_error
+
+# What an axis can ask the extractor for.
+NEEDS = ("hidden", "logprobs", "generations")
+
+
+@dataclass
+class GroupInputs:
+    """Everything extracted for one group, handed to each axis function."""
+
+    prompts: list[str]  # the text of each variant (chat messages joined), for word-level axes
+    reference: str | None  # the group's gold reference, if any
+    outputs: list[str] | None = None  # greedy continuations y_k
+    hidden: Any = None  # torch.Tensor [K, L, H] float32
+    logprobs: Any = None  # torch.Tensor [K] mean log-probability of r per variant
+    similarity: Callable[[list[str]], Any] | None = None  # texts -> [K, K] similarity matrix
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AxisValue:
+    """An axis's value for one group, with its per-variant decomposition (for per-kind analysis) and any
+    secondary numbers.
+
+    A set-level axis (see :class:`SetLevel`) returns a provisional value from its group function and puts in
+    ``partial`` the additive statistics the set needs (summed over groups, then across ranks); ``pending``
+    carries what its ``finalize`` needs from this group. Neither is written to any output.
+    """
+
+    value: float
+    per_variant: list[float]
+    extra: dict[str, float] = field(default_factory=dict)
+    partial: dict[str, Any] | None = None
+    pending: Any = None
+
+
+@dataclass(frozen=True)
+class SetLevel:
+    """How a set-level axis turns the set's statistics into per-group values.
+
+    ``partial`` entries of every group's :class:`AxisValue` are summed (numbers or numpy arrays) over the
+    groups of the set, on every rank and then across ranks: ``finalize(value, totals)`` returns the group's
+    final :class:`AxisValue`, and ``summary(totals)`` the set-level numbers recorded in the summary (with a
+    ``"note"`` when the axis cannot be computed on the set). Sums are O(hidden size), never pairwise.
+    """
+
+    finalize: Callable[[AxisValue, dict[str, Any]], AxisValue]
+    summary: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A registered axis. ``in_instability``: whether the convenience scalar ``instability`` (the mean of the
+    axes) includes it; only axes on the common [0, 1] scale do."""
+
+    name: str
+    fn: Callable[[GroupInputs], AxisValue]
+    needs: frozenset[str]
+    higher_is_better: bool = False
+    description: str = ""
+    in_instability: bool = True
+    set_level: SetLevel | None = None
+
+
+AXES: dict[str, Axis] = {}
+
+
+def register_axis(
+    name: str,
+    *,
+    needs: Iterable[str],
+    higher_is_better: bool = False,
+    description: str = "",
+    in_instability: bool = True,
+    set_level: SetLevel | None = None,
+) -> Callable[[Callable[[GroupInputs], AxisValue]], Callable[[GroupInputs], AxisValue]]:
+    """Register an axis function ``GroupInputs -> AxisValue`` under ``name``.
+
+    ``in_instability=False`` keeps the axis out of the ``instability`` mean (for axes not on the [0, 1]
+    scale); ``set_level`` makes the group values depend on the whole set (see :class:`SetLevel`).
+
+    Example:
+        >>> @register_axis("length_spread", needs=["generations"])  # doctest: +SKIP
+        ... def length_spread(g): ...
+    """
+    needs = frozenset(needs)
+    bad = needs - set(NEEDS)
+    if bad:
+        raise ValueError(f"axis '{name}' needs unknown inputs {sorted(bad)}; valid: {NEEDS}")
+
+    def deco(fn: Callable[[GroupInputs], AxisValue]) -> Callable[[GroupInputs], AxisValue]:
+        doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        AXES[name] = Axis(name, fn, needs, higher_is_better, doc, in_instability, set_level)
+        return fn
+
+    return deco
+
+
+def add_partials(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Element-wise sum of two :attr:`AxisValue.partial` dicts (None is the empty sum)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return {k: a[k] + b[k] for k in a}
+
+
+def in_instability(name: str) -> bool:
+    """Whether axis ``name`` counts in the ``instability`` mean (unknown names, e.g. a user axis recorded by
+    another process, count)."""
+    axis = AXES.get(name)
+    return True if axis is None else axis.in_instability
+
+
+def get_axis(name: str) -> Axis:
+    if name not in AXES:
+        raise unknown_name_error("axis", name, AXES, key="axes")
+    return AXES[name]
+
+
+def parse_axes(axes: str | Iterable[str]) -> list[str]:
+    """Parse ``"activation,confidence"`` or a list into validated axis names (order kept, no duplicates)."""
+    names = [a.strip() for a in axes.split(",")] if isinstance(axes, str) else [str(a).strip() for a in axes]
+    names = [a for a in names if a]
+    if not names:
+        raise SagoInputError("no axes given", key="axes", hint=f"choose from {', '.join(sorted(AXES))}")
+    out: list[str] = []
+    for a in names:
+        get_axis(a)
+        if a not in out:
+            out.append(a)
+    return out

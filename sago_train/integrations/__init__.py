@@ -1,0 +1,1 @@
+"""Hugging Face Trainer integration: the SAGO callback, its monitor, early stopping, W&B."""

@@ -1,0 +1,1 @@
+"""Loading models, decoder layers, forward hooks, the tiny and the real model."""

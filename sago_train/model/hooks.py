@@ -1,0 +1,151 @@
+"""Forward hooks that capture, for one forward pass, the decoder-block outputs and final hidden states the
+stability loss needs (never ``output_hidden_states=True`` for the whole stack), and the LM head applied to
+the captured final hidden states."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import SagoInputError
+from .layers import block_output, get_decoder_layers
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The transformers model inside DDP/FSDP/PEFT wrappers."""
+    while hasattr(model, "module") and isinstance(model.module, nn.Module):
+        model = model.module
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    return model
+
+
+def _backbone(model: nn.Module) -> nn.Module:
+    inner = _unwrap(model)
+    prefix = getattr(inner, "base_model_prefix", None)
+    backbone = getattr(inner, prefix, None) if prefix else None
+    if not isinstance(backbone, nn.Module):
+        raise SagoInputError(
+            f"could not find the backbone of {type(inner).__name__} (the module under base_model_prefix)",
+            hint="the confidence term needs the final hidden states of a transformers causal LM",
+        )
+    return backbone
+
+
+class HiddenCapture:
+    """Context manager: forward hooks that keep the output of the chosen decoder blocks (and, optionally,
+    the backbone's final hidden state) for one forward pass.
+
+    The first capture of each module wins; later firings inside the window (a second forward without
+    gradient, a block re-run) are counted in ``repeats`` and ignored. Hooks are removed on exit, so
+    activation-checkpointing recomputation during backward never reaches them.
+
+    Example:
+        >>> with HiddenCapture(model, [0, 3]) as cap:  # doctest: +SKIP
+        ...     model(**inputs)
+        >>> cap.hidden[3].shape  # doctest: +SKIP
+        torch.Size([6, 20, 64])
+    """
+
+    def __init__(self, model: nn.Module, layers: Sequence[int], final_hidden: bool = False) -> None:
+        self.model = model
+        self.layers = list(layers)
+        self.final_hidden = final_hidden
+        self.hidden: dict[int, torch.Tensor] = {}
+        self.final: torch.Tensor | None = None
+        self.repeats = 0
+        self.ran_without_grad = False
+        self._handles: list[Any] = []
+        self._grad_expected = False
+
+    def _record(self, key: int | str, value: torch.Tensor) -> None:
+        store_has = self.final is not None if key == "final" else key in self.hidden
+        if store_has:
+            self.repeats += 1
+            return
+        if self._grad_expected and not torch.is_grad_enabled():
+            # The block ran under no_grad inside a forward that expects gradients: a reentrant checkpoint
+            # wraps the module call (the graph is only built on recomputation, too late for this loss).
+            self.ran_without_grad = True
+        if key == "final":
+            self.final = value
+        else:
+            self.hidden[int(key)] = value
+
+    def __enter__(self) -> HiddenCapture:
+        self._grad_expected = torch.is_grad_enabled() and self.model.training
+        try:
+            backbone = _backbone(self.model)
+        except SagoInputError:
+            backbone = None
+        if backbone is not None:
+            # Whether a forward builds a graph is decided where it starts (the backbone is never inside a
+            # checkpoint), not where the window opens: a user may run a no_grad forward inside the window.
+            def start_hook(module: nn.Module, _args: Any) -> None:
+                if not self.hidden and self.final is None:
+                    self._grad_expected = torch.is_grad_enabled() and module.training
+
+            self._handles.append(backbone.register_forward_pre_hook(start_hook))
+        if self.layers:
+            blocks = get_decoder_layers(self.model)
+            for layer in self.layers:
+                self._handles.append(
+                    blocks[layer].register_forward_hook(lambda _m, _i, out, layer=layer: self._record(layer, block_output(out)))
+                )
+        if self.final_hidden and backbone is not None:
+
+            def final_hook(_m: nn.Module, _i: Any, out: Any) -> None:
+                last = getattr(out, "last_hidden_state", None)
+                self._record("final", last if isinstance(last, torch.Tensor) else block_output(out))
+
+            self._handles.append(backbone.register_forward_hook(final_hook))
+        # Without a recognizable backbone the final hidden state stays None and the confidence term falls
+        # back to the logits of the outputs.
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def check(self) -> None:
+        """Raise when the captures cannot carry gradients or are missing."""
+        if self.ran_without_grad:
+            raise SagoInputError(
+                "the decoder blocks ran without gradients inside a training forward, which happens when a "
+                "reentrant activation checkpoint wraps the blocks' hooks; the stability loss would get no gradient",
+                hint="use activation_checkpointing_kwargs={'use_reentrant': False} "
+                "(gradient_checkpointing_kwargs before transformers 5)",
+            )
+        missing = [layer for layer in self.layers if layer not in self.hidden]
+        if missing:
+            raise SagoInputError(f"decoder blocks {missing} did not run during the forward pass", key="layers")
+
+
+def logits_from_hidden(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Apply the model's LM head to final hidden states, with the logit scaling / soft-capping its config
+    declares (as transformers' and TRL's heads do). The confidence term projects only the target-predicting
+    positions this way, which works whether or not the forward built the logits (TRL's fused LM head does
+    not) and keeps its memory proportional to the target length rather than the sequence length."""
+    inner = _unwrap(model)
+    head = inner.get_output_embeddings()
+    if head is None:
+        raise SagoInputError(f"{type(inner).__name__} has no output embeddings (LM head)")
+    logits = head(hidden)
+    config = inner.config.get_text_config() if hasattr(inner.config, "get_text_config") else inner.config
+    scale = getattr(config, "logit_scale", None)
+    if scale is None:
+        scale = getattr(config, "output_multiplier", None)
+    if scale is None:
+        scale = getattr(config, "lm_head_multiplier", None)
+    if scale is None and getattr(config, "logits_scaling", None) is not None:
+        scale = config.logits_scaling if config.model_type == "hyperclovax" else 1 / config.logits_scaling
+    if scale is not None and scale != 1.0:
+        logits = logits * scale
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits

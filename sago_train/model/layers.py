@@ -1,0 +1,91 @@
+"""Finding a causal LM's decoder blocks and resolving layer indices (SPEC "Layer l").
+
+Shared by the evaluation extractor and the stability loss: both hook the output of decoder blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ..errors import SagoInputError
+
+
+def num_decoder_layers(model: nn.Module) -> int:
+    return len(get_decoder_layers(model))
+
+
+def get_decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """Return the ``ModuleList`` of decoder blocks of any decoder-only transformers model.
+
+    Works through PEFT wrappers and DDP/FSDP wrappers because it searches sub-modules: the block list is
+    the ``ModuleList`` whose length equals ``config.num_hidden_layers`` (the largest one as a fallback).
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> m = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+        ...     num_attention_heads=2, num_key_value_heads=2, vocab_size=50))
+        >>> len(get_decoder_layers(m))
+        3
+    """
+    config = getattr(model, "config", None)
+    if config is None and hasattr(model, "module"):
+        config = getattr(model.module, "config", None)
+    n = None
+    if config is not None:
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        n = getattr(text_config, "num_hidden_layers", None)
+    candidates = [m for _, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    if n is not None:
+        exact = [m for m in candidates if len(m) == n]
+        if exact:
+            return exact[0]
+    if not candidates:
+        raise SagoInputError(
+            f"could not find the decoder blocks of {type(model).__name__}: no nn.ModuleList in the model",
+            hint="sago_train supports decoder-only causal LMs from transformers",
+        )
+    return max(candidates, key=len)
+
+
+def default_layers(num_layers: int) -> list[int]:
+    """SPEC default: 4 evenly spaced blocks ending with the last."""
+    return sorted({round((i + 1) * num_layers / 4) - 1 for i in range(4)} & set(range(num_layers)))
+
+
+def resolve_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
+    """Resolve user layer indices (negatives count from the end) to sorted, unique, 0-based indices.
+
+    Example:
+        >>> resolve_layers([0, -1], 4)
+        [0, 3]
+        >>> resolve_layers(None, 8)
+        [1, 3, 5, 7]
+    """
+    if layers is None:
+        return default_layers(num_layers)
+    out = []
+    for layer in layers:
+        if isinstance(layer, bool) or not isinstance(layer, int):
+            raise SagoInputError(f"layer indices must be integers, got {layer!r}", key="layers")
+        if not -num_layers <= layer < num_layers:
+            raise SagoInputError(
+                f"layer {layer} is out of range for a model with {num_layers} decoder blocks",
+                key="layers",
+                hint=f"use 0..{num_layers - 1} or -{num_layers}..-1",
+            )
+        out.append(layer % num_layers)
+    if not out:
+        raise SagoInputError("no layers given", key="layers")
+    return sorted(set(out))
+
+
+def block_output(output: object) -> torch.Tensor:
+    """The residual-stream tensor a decoder block returns (blocks return a tensor or a tuple)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise TypeError(f"unexpected decoder block output of type {type(output).__name__}")

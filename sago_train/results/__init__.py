@@ -1,0 +1,1 @@
+"""The record of an evaluation, in memory and on disk, and its store."""

@@ -1,0 +1,220 @@
+"""Batching variant groups for the stability loss (SPEC "Stability loss").
+
+A training item is one whole group: K variant prompts sharing one target completion ``t``. The collator
+turns B items into one flat batch of ``B*K`` sequences ``x_k + t`` (group-major: rows ``g*K .. g*K+K-1``
+are group g), with labels on the target tokens only and the bookkeeping the loss needs to line the
+variants of a group up.
+
+Groups are never split across devices or gradient-accumulation steps, because the unit that the Trainer's
+sampler shuffles, shards across processes and accumulates over is the *item*, and an item is a whole group:
+``per_device_train_batch_size=B`` means B groups (B*K sequences) per device and micro-batch. The loss checks
+this anyway, so that a setup that slices collated batches (accelerate's ``dispatch_batches``) fails loudly
+rather than training on partial groups.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..data.groups import Variant, VariantGroup
+from ..errors import SagoInputError
+from ..eval.extraction import encode_continuation, encode_variant, pad_id_of
+
+# The per-row tensors the collator adds beside ``input_ids``/``attention_mask``/``labels``. The trainers
+# strip them before the model's forward. All are indexed by row, so a batch sliced along rows stays
+# self-consistent (and the loss can tell when a slice cut a group).
+GROUP_KEYS = ("group_index", "variant_index", "canonical_index", "prompt_length", "target_length", "target_mask")
+# Dataset columns an item may carry; the trainers keep them when ``remove_unused_columns`` prunes the rest.
+ITEM_COLUMNS = ("id", "variants", "target", "reference", "canonical", "kinds", "meta")
+
+
+def _group_of(item: Any, index: int, label: str | None = None) -> tuple[VariantGroup, str]:
+    """Validate one item and return it as a group plus its target text (``label`` names it in errors)."""
+    if isinstance(item, VariantGroup):
+        if item.reference is None:
+            raise SagoInputError(
+                f"batch item {index} (group '{item.id}') has no reference to train on",
+                key="reference",
+                hint="training groups need the target completion shared by all variants",
+            )
+        return item, item.reference
+    if not isinstance(item, Mapping):
+        raise SagoInputError(
+            f"batch item {index}: expected a variant group (a mapping with 'variants' and 'target'), "
+            f"got {type(item).__name__}"
+        )
+    gid = item.get("id", f"#{index}")
+    where = label if label is not None else f"batch item {index} (group '{gid}')"
+    target = item.get("target", item.get("reference"))
+    if "variants" not in item:
+        raise SagoInputError(f"{where}: missing field 'variants' (a list of at least 2 prompts)", key="variants")
+    if target is None:
+        raise SagoInputError(
+            f"{where}: missing field 'target'",
+            key="target",
+            hint="each training group needs the completion shared by all its variants ('target' or 'reference')",
+        )
+    if not isinstance(target, str):
+        raise SagoInputError(f"{where}: expected a string target, got {type(target).__name__}", key="target")
+    if not target.strip():
+        raise SagoInputError(f"{where}: the target is empty", key="target", hint="the loss is computed on the target tokens")
+    canonical = item.get("canonical", 0)
+    try:
+        group = VariantGroup(id=str(gid), variants=item["variants"], canonical=canonical if canonical is not None else 0)
+    except SagoInputError as err:
+        raise SagoInputError(f"{where}: {err.message}", key=err.key, hint=err.hint) from None
+    return group, target
+
+
+class VariantGroupCollator:
+    """Collate variant groups into one flat batch of ``B*K`` sequences ``x_k + t``.
+
+    Each item is ``{"variants": [K prompts], "target": str, "canonical"?: int}`` (``"reference"`` is read
+    when ``"target"`` is absent; a :class:`~sago_train.data.VariantGroup` with a reference works too).
+    String prompts are encoded as the tokenizer does by default (special tokens as it adds them); chat
+    message lists are rendered with the tokenizer's chat template and the generation prompt. The target
+    is encoded once per group without special tokens, followed by EOS when ``add_eos`` and the tokenizer
+    has one, so every variant of a group carries exactly the same target tokens. Padding is on the right.
+
+    Output keys: ``input_ids``, ``attention_mask``, ``labels`` (-100 except on the target tokens), and per
+    row ``group_index``, ``variant_index``, ``canonical_index`` (the canonical variant of the row's group),
+    ``prompt_length`` (the last prompt token is at ``prompt_length - 1``; the target starts at
+    ``prompt_length``), ``target_length`` and ``target_mask`` (True on the target tokens).
+
+    With ``max_length``, a sequence that is too long loses prompt tokens from the left, so that the target
+    stays whole and aligned across variants (the number of truncated sequences is in ``num_truncated`` and
+    a warning is issued); a target that cannot fit is an error.
+
+    Example:
+        >>> collate = VariantGroupCollator(tokenizer)  # doctest: +SKIP
+        >>> batch = collate([{"variants": ["Capital of France?", "France's capital is"], "target": " Paris"}])  # doctest: +SKIP
+        >>> batch["input_ids"].shape[0]  # doctest: +SKIP
+        2
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_length: int | None = None,
+        *,
+        add_eos: bool = True,
+        pad_to_multiple_of: int | None = None,
+    ) -> None:
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
+            raise SagoInputError(f"max_length must be an integer >= 2 or None, got {max_length!r}", key="max_length")
+        if pad_to_multiple_of is not None and (not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1):
+            raise SagoInputError(
+                f"pad_to_multiple_of must be a positive integer or None, got {pad_to_multiple_of!r}",
+                key="pad_to_multiple_of",
+            )
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.add_eos = add_eos
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_id = pad_id_of(tokenizer)
+        eos = getattr(tokenizer, "eos_token_id", None)
+        self.eos_id: int | None = (eos[0] if eos else None) if isinstance(eos, list) else eos
+        self.num_truncated = 0
+
+    def encode_prompt(self, variant: Variant) -> list[int]:
+        """Token ids of one variant prompt (the same encoding as SAGO evaluation)."""
+        return encode_variant(variant, self.tokenizer)
+
+    def encode_target(self, target: str) -> list[int]:
+        """Token ids of a target: no special tokens, then EOS when ``add_eos``."""
+        ids = encode_continuation(target, self.tokenizer)
+        if self.add_eos and self.eos_id is not None:
+            ids = ids + [int(self.eos_id)]
+        return ids
+
+    def __call__(self, items: Sequence[Any]) -> dict[str, torch.Tensor]:
+        if len(items) == 0:
+            raise SagoInputError("cannot collate an empty batch of variant groups")
+        groups = [_group_of(item, i) for i, item in enumerate(items)]
+        k = groups[0][0].k
+        for i, (group, _) in enumerate(groups):
+            if group.k != k:
+                raise SagoInputError(
+                    f"batch item {i} (group '{group.id}') has {group.k} variants but batch item 0 has {k}: "
+                    "all groups in a batch must have the same number of variants",
+                    key="variants",
+                    hint="give every group the same K, or use per_device_train_batch_size=1",
+                )
+
+        rows: list[tuple[list[int], list[int]]] = []
+        for i, (group, target) in enumerate(groups):
+            target_ids = self.encode_target(target)
+            if not target_ids:
+                raise SagoInputError(
+                    f"batch item {i} (group '{group.id}'): the target {target!r} encodes to no tokens", key="target"
+                )
+            for variant in group.variants:
+                prompt = self.encode_prompt(variant)
+                if not prompt:
+                    raise SagoInputError(
+                        f"batch item {i} (group '{group.id}'): a variant encodes to no tokens", key="variants"
+                    )
+                if self.max_length is not None and len(prompt) + len(target_ids) > self.max_length:
+                    room = self.max_length - len(target_ids)
+                    if room < 1:
+                        raise SagoInputError(
+                            f"batch item {i} (group '{group.id}'): the target has {len(target_ids)} tokens, which "
+                            f"leaves no room for the prompt within max_length={self.max_length}",
+                            key="target",
+                            hint="raise max_length or shorten the target",
+                        )
+                    # Left truncation keeps the prompt tokens closest to the target, which condition it most.
+                    prompt = prompt[-room:]
+                    self.num_truncated += 1
+                    warnings.warn(
+                        f"VariantGroupCollator: truncated a prompt of group '{group.id}' from the left to fit "
+                        f"max_length={self.max_length} ({self.num_truncated} truncated so far)",
+                        stacklevel=2,
+                    )
+                rows.append((prompt, target_ids))
+
+        n = len(rows)
+        width = max(len(p) + len(t) for p, t in rows)
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((n, width), dtype=torch.long)
+        labels = torch.full((n, width), -100, dtype=torch.long)
+        target_mask = torch.zeros((n, width), dtype=torch.bool)
+        prompt_length = torch.empty(n, dtype=torch.long)
+        target_length = torch.empty(n, dtype=torch.long)
+        for r, (prompt, target_ids) in enumerate(rows):
+            p, t = len(prompt), len(target_ids)
+            input_ids[r, : p + t] = torch.tensor(prompt + target_ids, dtype=torch.long)
+            attention_mask[r, : p + t] = 1
+            labels[r, p : p + t] = torch.tensor(target_ids, dtype=torch.long)
+            target_mask[r, p : p + t] = True
+            prompt_length[r] = p
+            target_length[r] = t
+        b = len(groups)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "group_index": torch.arange(b).repeat_interleave(k),
+            "variant_index": torch.arange(k).repeat(b),
+            "canonical_index": torch.tensor([g.canonical for g, _ in groups], dtype=torch.long).repeat_interleave(k),
+            "prompt_length": prompt_length,
+            "target_length": target_length,
+            "target_mask": target_mask,
+        }
+
+
+def mask_non_canonical_labels(batch: dict[str, Any]) -> dict[str, Any]:
+    """Set the labels of non-canonical rows to -100, so that the task loss sees the canonical phrasing only.
+
+    Done on the collated batch, before the Trainer counts the label tokens for loss normalization.
+    """
+    if "labels" in batch and "variant_index" in batch and "canonical_index" in batch:
+        keep = (batch["variant_index"] == batch["canonical_index"]).unsqueeze(-1)
+        batch["labels"] = batch["labels"].masked_fill(~keep, -100)
+    return batch

@@ -1,0 +1,131 @@
+"""Settings of the stability loss (SPEC "Stability loss"): :class:`StabilityConfig`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import SagoInputError, unknown_name_error
+
+MODES = ("centroid", "anchor", "relative")
+RELATIVE_FORMS = ("ratio", "infonce")
+POOLINGS = ("target", "last")
+TASK_LOSS_VARIANTS = ("all", "canonical")
+
+
+def _check_weight(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SagoInputError(f"expected a number, got {value!r}", key=name)
+    if math.isnan(value) or math.isinf(value):
+        raise SagoInputError(f"expected a finite number, got {value!r}", key=name)
+    if value < 0:
+        raise SagoInputError(
+            f"expected a weight >= 0, got {value!r}", key=name, hint="a weight of 0 disables the term"
+        )
+    return float(value)
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise unknown_name_error(name, str(value), choices, key=name)
+    return value
+
+
+@dataclass
+class StabilityConfig:
+    """Settings of the stability loss; every field is checked on construction.
+
+    Usable with ``transformers.HfArgumentParser`` (each field has a ``help``).
+
+    Example:
+        >>> cfg = StabilityConfig(act_weight=0.5, conf_weight=0.1, mode="anchor", warmup_steps=100)
+        >>> cfg.weights_at(50)
+        (0.25, 0.05)
+        >>> StabilityConfig(mode="centriod")
+        Traceback (most recent call last):
+        ...
+        sago_train.errors.SagoInputError: field 'mode': unknown mode 'centriod'. Did you mean 'centroid'? Valid: anchor, centroid, relative
+    """
+
+    act_weight: float = field(
+        default=0.1,
+        metadata={"help": "lambda_act, weight of the activation-dispersion term L_act (0 disables it)."},
+    )
+    conf_weight: float = field(
+        default=0.1,
+        metadata={"help": "lambda_conf, weight of the next-token divergence term L_conf (0 disables it)."},
+    )
+    mode: str = field(
+        default="centroid",
+        metadata={
+            "help": "'centroid': symmetric dispersion / Jensen-Shannon divergence across the K variants; "
+            "'anchor': distance / KL to the canonical variant, whose side is detached (a fixed target); "
+            "'relative': L_act measured against the dispersion between the batch's different groups (see "
+            "relative_form), which pulling every representation together cannot lower; L_conf as in 'centroid'. "
+            "'relative' needs >= 2 groups per batch."
+        },
+    )
+    relative_form: str = field(
+        default="ratio",
+        metadata={
+            "help": "Mode 'relative' only. 'ratio': each group's within-group dispersion / the batch's "
+            "between-group dispersion (as the activation_rel axis); 'infonce': supervised InfoNCE, the group's "
+            "other variants positives, other groups' variants negatives."
+        },
+    )
+    temperature: float = field(
+        default=0.1,
+        metadata={"help": "Mode 'relative', form 'infonce' only: the temperature dividing the cosine similarities."},
+    )
+    layers: Optional[list[int]] = field(  # noqa: UP045 - HfArgumentParser reads Optional[...]
+        default=None,
+        metadata={
+            "help": "Decoder blocks for L_act (0-based; negative counts from the end). Default: 4 evenly "
+            "spaced blocks ending with the last."
+        },
+    )
+    pooling: str = field(
+        default="target",
+        metadata={"help": "'target': mean over the shared target tokens; 'last': the last prompt token."},
+    )
+    warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Optimizer steps over which both weights ramp linearly from 0 to their value."},
+    )
+    task_loss_variants: str = field(
+        default="all",
+        metadata={"help": "Which sequences the task loss covers: 'all' variants, or only the 'canonical' one."},
+    )
+
+    def __post_init__(self) -> None:
+        self.act_weight = _check_weight("act_weight", self.act_weight)
+        self.conf_weight = _check_weight("conf_weight", self.conf_weight)
+        self.mode = _check_choice("mode", self.mode, MODES)
+        self.relative_form = _check_choice("relative_form", self.relative_form, RELATIVE_FORMS)
+        self.temperature = _check_weight("temperature", self.temperature)
+        if self.temperature == 0:
+            raise SagoInputError("expected a temperature > 0, got 0", key="temperature")
+        self.pooling = _check_choice("pooling", self.pooling, POOLINGS)
+        self.task_loss_variants = _check_choice("task_loss_variants", self.task_loss_variants, TASK_LOSS_VARIANTS)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise SagoInputError(f"expected an integer >= 0, got {self.warmup_steps!r}", key="warmup_steps")
+        if self.layers is not None:
+            if isinstance(self.layers, int) and not isinstance(self.layers, bool):
+                self.layers = [self.layers]
+            if not isinstance(self.layers, (list, tuple)) or not self.layers:
+                raise SagoInputError(f"expected a non-empty list of layer indices, got {self.layers!r}", key="layers")
+            for layer in self.layers:
+                if isinstance(layer, bool) or not isinstance(layer, int):
+                    raise SagoInputError(f"layer indices must be integers, got {layer!r}", key="layers")
+            self.layers = list(self.layers)
+
+    @property
+    def enabled(self) -> bool:
+        return self.act_weight > 0 or self.conf_weight > 0
+
+    def weights_at(self, step: int) -> tuple[float, float]:
+        """``(lambda_act, lambda_conf)`` after ``step`` optimizer steps, with the linear warmup applied."""
+        scale = 1.0 if self.warmup_steps == 0 else min(1.0, max(step, 0) / self.warmup_steps)
+        return self.act_weight * scale, self.conf_weight * scale

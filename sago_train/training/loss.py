@@ -1,0 +1,232 @@
+"""The differentiable stability loss (SPEC "Stability loss"), independent of any trainer.
+
+``loss = task_loss + lambda_act * L_act + lambda_conf * L_conf`` on batches made by
+:class:`~sago_train.training.collator.VariantGroupCollator` (K variants ``x_k + t`` per group, group-major rows).
+
+- ``L_act``: the activation dispersion of the K variants' representations (pooled over the shared target
+  tokens, or at the last prompt token) at the chosen decoder blocks, averaged over layers and groups;
+  ``centroid`` = mean pairwise cosine distance, ``anchor`` = cosine distance to the canonical variant
+  with the canonical side detached, ``relative`` = the dispersion measured against the dispersion between
+  the batch's different groups (``ratio``: within / between, the ``activation_rel`` ratio; ``infonce``:
+  supervised InfoNCE). Centroid and anchor are minimized by pulling *every* representation together;
+  relative is not. Its between-group statistics come from the local micro-batch: under DDP each process
+  compares its own groups (no collective), which keeps the term a per-micro-batch mean like the others.
+- ``L_conf``: per target position j, the generalized Jensen-Shannon divergence of the K next-token
+  distributions predicting target token j (``centroid`` and ``relative``), or
+  ``KL(stop_grad(P_canonical) || P_k)`` (``anchor``); averaged over the group's target positions, then over groups (each group weighs the same
+  whatever its target length).
+
+Capture: forward hooks on the chosen decoder blocks keep a reference to each block's output during the one
+forward pass (a tensor autograd keeps alive anyway, as the next block's saved input), and only the pooled
+``[G, K, H]`` vectors are built from it. Nothing asks the model for ``output_hidden_states``. The hooks do
+no tensor work inside the forward, which keeps them correct when a block is recomputed under activation
+checkpointing: a recomputation happens during backward, after the hooks are removed; and if a model
+re-runs a block within the forward, the first capture is kept and the repeats are counted. A hook on the
+backbone keeps its output (the final hidden states); the LM head is applied to the target-predicting rows
+only, and the divergence is a fused function that keeps only those logits for backward.
+
+Both terms are computed in float32 with autocast off, whatever the forward ran in (float64 for a float64
+model, so gradients can be checked by finite differences).
+
+The module was split: the settings live in :mod:`~sago_train.training.config`, the batch layout and
+pooling in :mod:`~sago_train.training.batch`, the hooks in :mod:`~sago_train.model.hooks`; their names are
+re-exported here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import SagoInputError
+from ..functional.dispersion import activation_dispersion, anchor_activation_distance
+from ..functional.divergence import divergence_from_logits
+from ..functional.relative import contrastive_dispersion, relative_dispersion
+from ..model.hooks import HiddenCapture, logits_from_hidden
+from ..model.layers import get_decoder_layers, resolve_layers
+from .batch import (
+    GroupLayout,
+    group_layout,
+    pool_hidden,
+    predicting_rows,
+    split_batch,
+    target_logprobs,
+)
+from .config import MODES, POOLINGS, RELATIVE_FORMS, TASK_LOSS_VARIANTS, StabilityConfig
+
+__all__ = [
+    "MODES",
+    "POOLINGS",
+    "RELATIVE_FORMS",
+    "TASK_LOSS_VARIANTS",
+    "GroupLayout",
+    "HiddenCapture",
+    "StabilityConfig",
+    "StabilityLoss",
+    "StabilityTerms",
+    "group_layout",
+    "logits_from_hidden",
+    "pool_hidden",
+    "predicting_rows",
+    "split_batch",
+    "target_logprobs",
+]
+
+
+@dataclass
+class StabilityTerms:
+    """The unweighted terms (float32 scalars, float64 for a float64 model; ``None`` when disabled)."""
+
+    act: torch.Tensor | None = None
+    conf: torch.Tensor | None = None
+
+    def weighted(self, act_weight: float, conf_weight: float) -> torch.Tensor | None:
+        """``act_weight * act + conf_weight * conf`` over the enabled terms (``None`` if none)."""
+        total = None
+        for term, weight in ((self.act, act_weight), (self.conf, conf_weight)):
+            if term is not None:
+                total = term * weight if total is None else total + term * weight
+        return total
+
+
+class StabilityLoss:
+    """The stability terms for one model: layer resolution, capture and computation.
+
+    The confidence term projects only the target-predicting final hidden states through the LM head (the
+    backbone's output is captured by a hook), so it works whether or not the forward built the logits (TRL's
+    fused head does not). When the logits are available too, the first batch checks that both agree (a model
+    whose head does something this projection misses) and falls back to the logits if not.
+
+    Example (a custom training loop):
+        >>> loss_fn = StabilityLoss(StabilityConfig(act_weight=0.5, conf_weight=0.5), model)  # doctest: +SKIP
+        >>> outputs, terms = loss_fn(model, batch)  # batch from VariantGroupCollator  # doctest: +SKIP
+        >>> loss = outputs.loss + terms.weighted(0.5, 0.5)  # doctest: +SKIP
+    """
+
+    def __init__(self, config: StabilityConfig, model: nn.Module) -> None:
+        self.config = config
+        self.layers: list[int] = []
+        if config.act_weight > 0 or config.layers is not None:
+            n = len(get_decoder_layers(model))
+            # Out-of-range layers fail here, at construction, with the valid range in the message.
+            self.layers = resolve_layers(config.layers, n)
+        if config.act_weight == 0:
+            self.layers = []
+        # None: not checked yet; True: project final hidden states; False: use the model's logits.
+        self.head_from_hidden: bool | None = None
+        # Mode 'relative': micro-batches that held a single group, for which L_act was 0 (see _activation).
+        self.single_group_batches = 0
+
+    def _activation(self, vectors: torch.Tensor, layout: GroupLayout) -> torch.Tensor:
+        """L_act of one layer's pooled vectors ``[G, K, H]``, per group ``[G]``."""
+        cfg = self.config
+        if cfg.mode == "centroid":
+            return activation_dispersion(vectors)
+        if cfg.mode == "anchor":
+            return anchor_activation_distance(vectors, layout.canonical)
+        if layout.num_groups < 2:
+            # The documented fallback: a micro-batch with one group (the last, partial batch of an epoch) has
+            # no other group to measure against, so it adds 0 (no gradient) to L_act; counted and warned.
+            if self.single_group_batches == 0:
+                warnings.warn(
+                    "mode 'relative' got a micro-batch with a single group; its L_act is 0 (no other group to "
+                    "compare with). Use per_device_train_batch_size >= 2 and dataloader_drop_last=True to avoid it",
+                    stacklevel=4,
+                )
+            return vectors.new_zeros(1, dtype=torch.float64 if vectors.dtype == torch.float64 else torch.float32)
+        if cfg.relative_form == "ratio":
+            return relative_dispersion(vectors)
+        return contrastive_dispersion(vectors, temperature=cfg.temperature)
+
+    @property
+    def wants_logits(self) -> bool:
+        return self.config.conf_weight > 0
+
+    def capture(self, model: nn.Module) -> HiddenCapture:
+        """Hooks for one forward pass: the chosen blocks, and the backbone output for the confidence term."""
+        return HiddenCapture(model, self.layers, final_hidden=self.wants_logits)
+
+    def _confidence_rows(
+        self, capture: HiddenCapture, layout: GroupLayout, logits: torch.Tensor | None, model: nn.Module | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden_ok = capture.final is not None and model is not None and self.head_from_hidden is not False
+        if hidden_ok:
+            hidden_rows, mask = predicting_rows(capture.final, layout)
+            # The LM head runs under the forward's own autocast (it may be a LoRA layer); the divergence is
+            # computed in float32 regardless.
+            rows = logits_from_hidden(model, hidden_rows)
+            if logits is not None and self.head_from_hidden is None:
+                with torch.no_grad():
+                    reference, _ = predicting_rows(logits, layout)
+                    scale = 1.0 + float(reference.float().abs().max())
+                    close = float((rows.detach().float() - reference.float()).abs().max()) <= 1e-2 * scale
+                self.head_from_hidden = close
+                if not close:
+                    warnings.warn(
+                        "the LM head applied to the final hidden states does not reproduce this model's logits; "
+                        "the confidence term uses the logits instead (more memory)",
+                        stacklevel=3,
+                    )
+                    return predicting_rows(logits, layout)
+            return rows, mask
+        if logits is None:
+            raise SagoInputError(
+                "the confidence term needs the logits or the final hidden states, and neither is available",
+                hint="set conf_weight=0, or do not skip the logits (e.g. liger kernels)",
+            )
+        return predicting_rows(logits, layout)
+
+    def terms(
+        self,
+        groups: Mapping[str, torch.Tensor],
+        capture: HiddenCapture,
+        *,
+        input_ids: torch.Tensor | None = None,
+        logits: torch.Tensor | None = None,
+        model: nn.Module | None = None,
+    ) -> StabilityTerms:
+        """Compute the enabled terms from the captures (``model`` for the LM head; ``logits`` if the forward
+        returned them)."""
+        capture.check()
+        layout = group_layout(groups, input_ids)
+        cfg = self.config
+        out = StabilityTerms()
+        rows = mask = None
+        if self.wants_logits:
+            rows, mask = self._confidence_rows(capture, layout, logits, model)
+        # Autocast off: the terms are computed in float32 whatever the forward ran in.
+        with torch.autocast(device_type=layout.order.device.type, enabled=False):
+            if self.layers:
+                per_layer = [
+                    self._activation(pool_hidden(capture.hidden[layer], layout, cfg.pooling), layout)
+                    for layer in self.layers
+                ]
+                out.act = torch.stack(per_layer).mean()
+                if cfg.mode == "relative" and layout.num_groups < 2:
+                    self.single_group_batches += 1
+            if rows is not None and mask is not None:
+                canonical = None if cfg.mode != "anchor" else layout.canonical[:, None].expand_as(mask)
+                per_pos = divergence_from_logits(rows, canonical)  # [G, T]: JS, or KL to the canonical
+                w = mask.to(per_pos.dtype)
+                out.conf = ((per_pos * w).sum(-1) / w.sum(-1).clamp_min(1.0)).mean()
+        return out
+
+    def forward(self, model: nn.Module, batch: Mapping[str, Any], **model_kwargs: Any) -> tuple[Any, StabilityTerms]:
+        """Run ``model`` on a collated batch with the capture on; return its outputs and the terms.
+
+        The model's own loss (``outputs.loss``, from ``labels``) is the task loss.
+        """
+        model_inputs, groups = split_batch(batch)
+        if groups is None:
+            raise SagoInputError("not a stability batch (no 'group_index')", hint="use VariantGroupCollator")
+        with self.capture(model) as cap:
+            outputs = model(**model_inputs, **model_kwargs)
+        logits = getattr(outputs, "logits", None) if self.wants_logits else None
+        return outputs, self.terms(groups, cap, input_ids=model_inputs.get("input_ids"), logits=logits, model=model)
+
+    __call__ = forward

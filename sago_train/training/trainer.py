@@ -1,0 +1,340 @@
+"""Trainers that add the stability loss to the task loss: ``StabilityTrainer`` (``transformers.Trainer``)
+and ``StabilitySFTTrainer`` (``trl.SFTTrainer``, built on first access so that importing sago_train does
+not import TRL).
+
+Both share :class:`StabilityTrainerMixin`, which wraps the parent's ``compute_loss``: the parent computes
+the task loss exactly as it would (same forward, same normalization by ``num_items_in_batch``), the hooks
+of :class:`~sago_train.training.loss.StabilityLoss` capture what the terms need during that same forward, and
+``lambda_act * L_act + lambda_conf * L_conf`` is added. The terms are logged separately as
+``sago_task_loss``, ``sago_act_loss``, ``sago_conf_loss`` (averaged over the logging window the same way
+as the Trainer's ``loss``), beside the effective weights ``sago_act_weight`` / ``sago_conf_weight``.
+
+Training data: a dataset of variant groups (one item = one group), batched by
+:class:`~sago_train.training.collator.VariantGroupCollator` (the default when no collator is given). Because items
+are whole groups, the Trainer's sampler, its sharding across DDP processes and gradient accumulation never
+split a group.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+import transformers
+from torch import nn
+
+from ..errors import SagoInputError
+from .collator import ITEM_COLUMNS, VariantGroupCollator, mask_non_canonical_labels
+from .loss import StabilityConfig, StabilityLoss, split_batch
+
+LOG_KEYS = ("sago_task_loss", "sago_act_loss", "sago_conf_loss")
+
+
+class _CanonicalOnlyLabels:
+    """Collator wrapper for ``task_loss_variants='canonical'``: non-canonical rows get no labels.
+
+    Masking at collation (not in ``compute_loss``) keeps the Trainer's label-token count, and so the
+    normalization of the task loss, consistent with what the loss sees.
+    """
+
+    def __init__(self, collator: Any) -> None:
+        self.collator = collator
+
+    def __call__(self, features: Any) -> Any:
+        return mask_non_canonical_labels(self.collator(features))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.collator, name)
+
+
+def _outputs_logits(outputs: Any) -> torch.Tensor | None:
+    if outputs is None:
+        return None
+    if isinstance(outputs, dict):
+        return outputs.get("logits")
+    return getattr(outputs, "logits", None)
+
+
+class StabilityTrainerMixin:
+    """Adds the stability loss to a ``transformers.Trainer`` subclass (put it first in the bases).
+
+    The confidence term projects the captured final hidden states of the target-predicting positions
+    through the LM head. Subclasses set ``_sago_logits_in_outputs`` to False when the parent's forward does
+    not build the logits (TRL's fused LM head), so that they are not asked for.
+    """
+
+    _sago_logits_in_outputs: bool = True
+
+    def __init__(self, *args: Any, stability_config: StabilityConfig | None = None, **kwargs: Any) -> None:
+        if stability_config is None:
+            stability_config = StabilityConfig()
+        if not isinstance(stability_config, StabilityConfig):
+            raise SagoInputError(
+                f"stability_config must be a StabilityConfig, got {type(stability_config).__name__}",
+                hint="build it with sago_train.StabilityConfig(...)",
+            )
+        self.stability_config = stability_config
+        from ..threads import configure_torch_threads
+
+        configure_torch_threads()
+        user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
+        super().__init__(*args, **kwargs)
+        if self.args.n_gpu > 1:
+            raise SagoInputError(
+                f"the stability loss does not support torch.nn.DataParallel ({self.args.n_gpu} GPUs in one process)",
+                hint="launch one process per GPU with torchrun or accelerate launch (DDP)",
+            )
+        if stability_config.mode == "relative" and stability_config.act_weight > 0 and self.args.per_device_train_batch_size < 2:
+            raise SagoInputError(
+                "stability mode 'relative' compares each group with the other groups of its micro-batch, but "
+                f"per_device_train_batch_size is {self.args.per_device_train_batch_size} (one group per batch)",
+                key="per_device_train_batch_size",
+                hint="use per_device_train_batch_size >= 2 (items are groups), or mode 'centroid'/'anchor'",
+            )
+        if user_collator is None:
+            tokenizer = getattr(self, "processing_class", None)
+            tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer
+            if tokenizer is None:
+                raise SagoInputError(
+                    "give a data_collator (VariantGroupCollator) or a processing_class (tokenizer) to build one"
+                )
+            self.data_collator = VariantGroupCollator(tokenizer, max_length=getattr(self.args, "max_length", None))
+        if stability_config.task_loss_variants == "canonical":
+            self.data_collator = _CanonicalOnlyLabels(self.data_collator)
+        # Resolves the layers against the model now, so an out-of-range layer fails at construction.
+        self._sago_loss = StabilityLoss(stability_config, self.model)
+        self._sago_train_sums: dict[str, torch.Tensor] = {}
+        self._sago_eval_values: dict[str, list[torch.Tensor]] = defaultdict(list)
+
+    # ------------------------------------------------------------------------------------------- data
+    def _set_signature_columns_if_needed(self) -> None:
+        # Items are groups: keep their columns when `remove_unused_columns` prunes what the model's
+        # forward does not take (the collator, not the model, consumes them).
+        super()._set_signature_columns_if_needed()  # type: ignore[misc]
+        self._signature_columns = list(dict.fromkeys([*self._signature_columns, *ITEM_COLUMNS]))
+
+    # ------------------------------------------------------------------------------------------- loss
+    def _sago_loss_is_scaled_for_ga(self, num_items_in_batch: Any) -> bool:
+        """Mirror of ``Trainer.training_step``: is the task loss already normalized over the whole
+        accumulated batch (so that the Trainer will not divide it by the accumulation steps)?"""
+        explicit = getattr(self, "loss_is_scaled_for_ga", None)
+        if explicit is not None:
+            return bool(explicit)
+        return bool(
+            (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or self.compute_loss_func is not None
+        )
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        """The parent's task loss plus ``lambda_act * L_act + lambda_conf * L_conf`` on group batches.
+
+        Evaluation batches without group bookkeeping (an ordinary eval set) get the parent's loss unchanged;
+        a training batch without it is an error (it would silently train without the stability loss).
+        """
+        model_inputs, groups = split_batch(inputs)
+        cfg = self.stability_config
+        if groups is None and cfg.enabled and model.training:
+            raise SagoInputError(
+                "a training batch has no variant-group bookkeeping (group_index, ...), so the stability loss "
+                "cannot be computed",
+                hint="train on variant groups batched by sago_train.VariantGroupCollator",
+            )
+        if groups is None or not cfg.enabled:
+            return super().compute_loss(  # type: ignore[misc]
+                model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        # The plain Trainer has the outputs anyway: their logits let the loss check, once, that projecting
+        # the captured final hidden states reproduces them (and fall back to them otherwise).
+        from_outputs = self._sago_logits_in_outputs and self._sago_loss.wants_logits
+        want_outputs = return_outputs or from_outputs
+        with self._sago_loss.capture(model) as capture:
+            result = super().compute_loss(  # type: ignore[misc]
+                model, model_inputs, return_outputs=want_outputs, num_items_in_batch=num_items_in_batch
+            )
+        task_loss, outputs = result if want_outputs else (result, None)
+        logits = _outputs_logits(outputs) if from_outputs else None
+        terms = self._sago_loss.terms(
+            groups, capture, input_ids=model_inputs.get("input_ids"), logits=logits, model=model
+        )
+        act_weight, conf_weight = cfg.weights_at(self.state.global_step)
+        extra = terms.weighted(act_weight, conf_weight)
+        training = model.training
+        ga = max(int(getattr(self, "current_gradient_accumulation_steps", 1) or 1), 1) if training else 1
+        scaled = training and self._sago_loss_is_scaled_for_ga(num_items_in_batch)
+        # The terms are per-micro-batch means. When the task loss is already normalized over the whole
+        # accumulated batch, the Trainer does not divide by the accumulation steps, so they are divided here;
+        # DDP then averages the gradients over processes, which averages the terms over all groups.
+        loss = task_loss if extra is None else task_loss + (extra / ga if scaled else extra).to(task_loss.dtype)
+        self._sago_record(training, task_loss, terms.act, terms.conf, ga, scaled)
+        return (loss, outputs) if return_outputs else loss
+
+    # ---------------------------------------------------------------------------------------- logging
+    def _sago_record(
+        self,
+        training: bool,
+        task: torch.Tensor,
+        act: torch.Tensor | None,
+        conf: torch.Tensor | None,
+        ga: int,
+        scaled: bool,
+    ) -> None:
+        values = {"sago_task_loss": task, "sago_act_loss": act, "sago_conf_loss": conf}
+        if not training:
+            for key, value in values.items():
+                if value is not None:
+                    self._sago_eval_values[key].append(value.detach().float().reshape(()))
+            return
+        # Accumulate exactly as the Trainer accumulates its loss: each micro-batch adds its share of the
+        # optimizer step, and `steps` counts optimizer steps (1/ga per micro-batch).
+        shares = {
+            "sago_task_loss": (task, 1 if scaled else ga),
+            "sago_act_loss": (act, ga),
+            "sago_conf_loss": (conf, ga),
+        }
+        sums = self._sago_train_sums
+        for key, (value, div) in shares.items():
+            if value is not None:
+                share = value.detach().float().reshape(()) / div
+                sums[key] = sums[key] + share if key in sums else share
+        step_share = torch.tensor(1.0 / ga, device=task.device)
+        sums["_steps"] = sums["_steps"] + step_share if "_steps" in sums else step_share
+
+    def _sago_gather_mean(self, values: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Mean over processes (every process calls ``log``, like the Trainer's own loss gather)."""
+        keys = sorted(values)
+        stacked = torch.stack([values[k] for k in keys])
+        gathered = self.accelerator.gather(stacked).reshape(-1, len(keys)).mean(0)
+        return {k: float(v) for k, v in zip(keys, gathered.tolist())}
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add the stability terms to the Trainer's training log (``loss`` present) and evaluation log."""
+        if "loss" in logs and self._sago_train_sums:
+            sums = self._sago_train_sums
+            steps = sums["_steps"].clamp_min(1e-12)
+            logs.update(self._sago_gather_mean({k: v / steps for k, v in sums.items() if k != "_steps"}))
+            act_weight, conf_weight = self.stability_config.weights_at(self.state.global_step)
+            if self.stability_config.act_weight > 0:
+                logs["sago_act_weight"] = act_weight
+            if self.stability_config.conf_weight > 0:
+                logs["sago_conf_weight"] = conf_weight
+            self._sago_train_sums = {}
+        elif self._sago_eval_values and not self.model.training:
+            prefix = next((k[: -len("loss")] for k in logs if k.endswith("_loss")), "eval_")
+            means = {k: torch.stack(v).mean() for k, v in self._sago_eval_values.items()}
+            logs.update({f"{prefix}{k}": v for k, v in self._sago_gather_mean(means).items()})
+            self._sago_eval_values = defaultdict(list)
+        super().log(logs, start_time)  # type: ignore[misc]
+
+
+class StabilityTrainer(StabilityTrainerMixin, transformers.Trainer):
+    """``transformers.Trainer`` with the stability loss.
+
+    Example:
+        >>> from sago_train import StabilityConfig, StabilityTrainer, VariantGroupCollator  # doctest: +SKIP
+        >>> groups = [{"variants": ["Capital of France?", "france capital?"], "target": " Paris"}, ...]  # doctest: +SKIP
+        >>> trainer = StabilityTrainer(
+        ...     model=model, args=TrainingArguments("out", remove_unused_columns=False),
+        ...     train_dataset=groups, data_collator=VariantGroupCollator(tokenizer),
+        ...     stability_config=StabilityConfig(act_weight=0.1, conf_weight=0.1, mode="anchor"),
+        ... )  # doctest: +SKIP
+        >>> trainer.train()  # doctest: +SKIP
+    """
+
+
+def groups_as_dataset(data: Any) -> Any:
+    """A list or tuple of variant groups (dicts or :class:`~sago_train.data.VariantGroup`) as a
+    ``datasets.Dataset``; anything else (a Dataset, a dict of eval sets, None) is returned as it is."""
+    if not isinstance(data, (list, tuple)):
+        return data
+    import datasets
+
+    from ..data.groups import VariantGroup
+
+    rows = []
+    for i, item in enumerate(data):
+        if isinstance(item, VariantGroup):
+            row = item.to_dict()
+        elif isinstance(item, dict):
+            row = dict(item)
+        else:
+            raise SagoInputError(f"group {i}: expected a dict or a VariantGroup, got {type(item).__name__}",
+                                 key="train_dataset")
+        if row.get("target") is None and row.get("reference") is not None:
+            row["target"] = row["reference"]  # one column for the shared completion in every row
+        rows.append(row)
+    try:
+        return datasets.Dataset.from_list(rows)
+    except (TypeError, ValueError) as err:  # pyarrow's errors derive from these
+        raise SagoInputError(
+            f"could not turn the list of groups into a datasets.Dataset: {str(err).splitlines()[0]}",
+            key="train_dataset",
+            hint="give every group the same fields with the same types (e.g. all string variants)",
+        ) from err
+
+
+def _build_sft_trainer() -> type:
+    try:
+        from trl import SFTTrainer
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("StabilitySFTTrainer needs TRL: pip install 'sago_train[trl]'") from err
+
+    class StabilitySFTTrainer(StabilityTrainerMixin, SFTTrainer):
+        """``trl.SFTTrainer`` with the stability loss.
+
+        Items are variant groups, tokenized by the collator, so SFT's dataset preparation (tokenization,
+        packing) is skipped; packing and padding-free batches are refused because they would merge groups.
+        TRL's fused LM head builds no logits; the confidence term projects the target-predicting final hidden
+        states through the LM head, as it does with the plain Trainer.
+
+        Example:
+            >>> trainer = StabilitySFTTrainer(model=model, args=SFTConfig("out"), train_dataset=groups,  # doctest: +SKIP
+            ...     processing_class=tokenizer, stability_config=StabilityConfig(conf_weight=0.2))
+            >>> trainer.train()  # doctest: +SKIP
+        """
+
+        _sago_logits_in_outputs = False
+
+        def __init__(self, *args: Any, stability_config: StabilityConfig | None = None, **kwargs: Any) -> None:
+            # TRL accepts only datasets.Dataset objects; a plain list of groups (as in the README) is wrapped.
+            for key in ("train_dataset", "eval_dataset"):
+                if key in kwargs:
+                    kwargs[key] = groups_as_dataset(kwargs[key])
+            if len(args) > 3:
+                args = (*args[:3], groups_as_dataset(args[3]), *args[4:])
+            super().__init__(*args, stability_config=stability_config, **kwargs)
+            if getattr(self.args, "packing", False) or getattr(self, "padding_free", False):
+                raise SagoInputError(
+                    "packing / padding_free would merge the sequences of different variants into one row",
+                    hint="set packing=False and padding_free=False in SFTConfig",
+                )
+
+        def _prepare_dataset(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+            # The collator encodes groups (K prompts + a shared target) itself; SFT's text pipeline does not apply.
+            return dataset
+
+    StabilitySFTTrainer.__module__ = __name__
+    StabilitySFTTrainer.__qualname__ = "StabilitySFTTrainer"
+    return StabilitySFTTrainer
+
+
+if TYPE_CHECKING:  # the real class is built lazily by the module __getattr__ below
+    from trl import SFTTrainer
+
+    class StabilitySFTTrainer(StabilityTrainerMixin, SFTTrainer): ...
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StabilitySFTTrainer":
+        cls = _build_sft_trainer()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["StabilitySFTTrainer", "StabilityTrainer", "StabilityTrainerMixin", "groups_as_dataset"]
