@@ -25,7 +25,7 @@ import yaml
 from sago_train.cli.main import main
 from sago_train.cli.recipe import load_recipe
 from sago_train.cli.runner import build_trainer
-from sago_train.data.generators import load_examples
+from sago_train.data.examples import load_examples
 from sago_train.data.groups import VariantSet
 from sago_train.errors import SagoInputError
 from sago_train.model.tiny import tiny_model_path
@@ -469,7 +469,7 @@ def test_error_lines_stay_short_whatever_the_value(section: str, tmp_path: Path,
 @pytest.mark.parametrize("kind", ["dev_zero", "fifo_without_writer"])
 def test_generator_inputs_are_not_read_from_pipes_or_devices(kind: str, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from sago_train.data.generators import load_text_list
+    from sago_train.data.examples import load_text_list
 
     special = Path("/dev/zero")
     if kind == "fifo_without_writer":

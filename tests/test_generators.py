@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sago_train.data.build import build_variant_set, unchanged_counts
+from sago_train.data.examples import load_examples, load_text_list
 from sago_train.data.generators import (
     GENERATORS,
     CallableGenerator,
@@ -25,11 +27,7 @@ from sago_train.data.generators import (
     TemplateGenerator,
     TypoGenerator,
     WhitespaceGenerator,
-    build_variant_set,
-    load_examples,
-    load_text_list,
     make_generator,
-    unchanged_counts,
 )
 from sago_train.data.groups import VariantSet
 from sago_train.errors import SagoInputError
@@ -122,7 +120,7 @@ def test_independent_of_pythonhashseed():
     code = (
         "import json, sys, types; pkg = types.ModuleType('sago_train');"
         f"pkg.__path__ = [{str(ROOT / 'sago_train')!r}]; sys.modules['sago_train'] = pkg;"
-        "from sago_train.data.generators import build_variant_set;"
+        "from sago_train.data.build import build_variant_set;"
         f"vs = build_variant_set({records!r}, {gens!r}, name='s', seed=7);"
         "print(json.dumps(vs[0].to_dict()))"
     )

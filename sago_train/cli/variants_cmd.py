@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape as esc
 
-    from ..data.generators import build_variant_set, load_examples, unchanged_counts
+    from ..data.build import build_variant_set, unchanged_counts
+    from ..data.examples import load_examples
     from ..data.groups import validate_set_name
     from ..io import atomic_write_jsonl
 

@@ -1,5 +1,7 @@
 """Variant groups, sets and generators."""
 
+from .build import build_variant_set, unchanged_counts
+from .examples import load_examples, load_text_list
 from .generators import (
     GENERATORS,
     CallableGenerator,
@@ -11,11 +13,7 @@ from .generators import (
     TypoGenerator,
     VariantGenerator,
     WhitespaceGenerator,
-    build_variant_set,
-    load_examples,
-    load_text_list,
     make_generator,
-    unchanged_counts,
 )
 from .groups import (
     VariantGroup,
