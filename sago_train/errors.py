@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class SagoInputError(ValueError):
@@ -97,3 +98,11 @@ def short_repr(value: object, limit: int | None = None) -> str:
         return text
     quote = text[0] if text[:1] in ("'", '"') else ""
     return text[: max(1, limit - 3 - len(quote))] + "..." + quote
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
+        type(value), type(value).__name__
+    )

@@ -1,14 +1,134 @@
-"""Atomic writes and output paths that cannot escape their directory."""
+"""The one reader of user JSONL (bounded, located errors), atomic writes, safe names and output paths that
+cannot escape their directory, and the run lock."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .data.groups import validate_set_name
+from .errors import SagoInputError, short_repr
+from .limits import MAX_LINE_BYTES, MAX_SET_FILE_BYTES, human_bytes, open_regular_file
+
+_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def validate_set_name(name: str, **where: Any) -> str:
+    """Check that ``name`` is safe as a file name component and return it."""
+    if not isinstance(name, str) or not _SET_NAME.match(name) or ".." in name:
+        raise SagoInputError(
+            f"invalid set name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
+            "letter or digit",
+            hint="set names become file names, so they cannot contain '/' or '..'",
+            **where,
+        )
+    return name
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+# A JSON escape of a UTF-16 surrogate: only lines containing one can decode to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def find_lone_surrogate(value: Any, path: str = "") -> tuple[str, str] | None:
+    """``(where, char)`` of the first lone UTF-16 surrogate in a parsed JSON value, else None. JSON's
+    ``"\\ud800"`` decodes to one; it is not valid Unicode, so no tokenizer or UTF-8 writer accepts it."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            found = _LONE_SURROGATE.search(item)
+            if found:
+                return where, found.group()
+        elif isinstance(item, Mapping):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(list(item.items())))
+            stack.extend((where, k) for k in item)
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def read_jsonl(
+    path: str | os.PathLike[str],
+    *,
+    max_file_bytes: int = MAX_SET_FILE_BYTES,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    what: str = "JSONL file",
+) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors.
+
+    The file is streamed one line at a time: a non-regular file (FIFO, device) or one larger than
+    ``max_file_bytes`` is refused before reading, and a line longer than ``max_line_bytes`` is refused
+    without being held whole."""
+    p = Path(path)
+    limit_name = "MAX_SET_FILE_BYTES" if max_file_bytes == MAX_SET_FILE_BYTES else ""
+    with open_regular_file(p, max_bytes=max_file_bytes, what=what, limit_name=limit_name) as f:
+        total = 0
+        lineno = 0
+        while True:
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            lineno += 1
+            total += len(raw)
+            if len(raw) > max_line_bytes:
+                raise SagoInputError(
+                    f"line longer than the limit of {human_bytes(max_line_bytes)} (MAX_LINE_BYTES)",
+                    source=str(p), line=lineno, hint="each line must be one JSON object of reasonable size",
+                )
+            if total > max_file_bytes:  # the file grew while it was read
+                raise SagoInputError(f"file longer than the limit of {human_bytes(max_file_bytes)}",
+                                     source=str(p), line=lineno, hint="split it into smaller files")
+            if lineno == 1:
+                if raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]  # a UTF-8 byte-order mark is harmless; accept it
+                elif raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                    raise SagoInputError(
+                        "not valid UTF-8: the file is UTF-16 (it starts with a UTF-16 byte-order mark)",
+                        source=str(p), line=1, hint="save the file as UTF-8",
+                    )
+            if not raw.strip():
+                continue
+            yield lineno, _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
+
+
+def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SagoInputError(
+            f"not valid UTF-8 (byte {err.start})", source=source, line=lineno, hint="save the file as UTF-8"
+        ) from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise SagoInputError(
+            "malformed JSON: nested too deeply", source=source, line=lineno, hint="each line must be one JSON object"
+        ) from None
+    except (json.JSONDecodeError, ValueError) as err:
+        msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+        col = f" (column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
+        raise SagoInputError(
+            f"malformed JSON: {msg}{col}", source=source, line=lineno, hint="each line must be one JSON object"
+        ) from None
+    if _SURROGATE_ESCAPE.search(raw):
+        found = find_lone_surrogate(value)
+        if found is not None:
+            where, char = found
+            raise SagoInputError(
+                f"a lone UTF-16 surrogate '{char.encode('unicode_escape').decode()}' is not valid Unicode text",
+                source=source, line=lineno, key=where or None,
+                hint="write the character itself, or a surrogate pair for characters outside the BMP",
+            )
+    return value
 
 
 def safe_child(directory: str | os.PathLike[str], name: str, suffix: str = "") -> Path:
@@ -70,8 +190,6 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 def check_output_dir(path: str | os.PathLike[str], *, what: str = "output directory") -> Path:
     """Fail now, before any model loads or evaluation runs, if ``path`` cannot become a writable directory:
     it names an existing file, or the directory (or its nearest existing parent) is not writable."""
-    from .errors import SagoInputError
-
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise SagoInputError(f"{what} {p} exists and is not a directory",
@@ -118,8 +236,6 @@ def acquire_run_lock(directory: str | os.PathLike[str]) -> Path:
     import logging
     import socket
     import time
-
-    from .errors import SagoInputError
 
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)

@@ -303,7 +303,7 @@ def test_unreadable_set_is_refused_before_reading(kind: str, tmp_path: Path, cap
 
 
 def test_line_limit_names_file_and_line(tmp_path: Path) -> None:
-    from sago_train.data.groups import read_jsonl
+    from sago_train.io import read_jsonl
 
     path = tmp_path / "s.jsonl"
     path.write_text('{"variants": ["a", "b"]}\n' + json.dumps({"variants": ["x" * 5000, "y"]}) + "\n")

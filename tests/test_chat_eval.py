@@ -13,7 +13,7 @@ import pytest
 from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
 from sago_train.data.build import build_variant_set
-from sago_train.data.groups import bundled_set_paths, bundled_sets
+from sago_train.data.sources import bundled_set_paths, bundled_sets
 from sago_train.errors import SagoInputError
 from sago_train.eval.extraction import Extractor, encode_variant, resolve_chat_template
 from sago_train.threads import planned_threads

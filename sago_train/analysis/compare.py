@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.groups import read_jsonl, type_name
-from ..errors import SagoInputError
+from ..errors import SagoInputError, type_name
+from ..io import read_jsonl
 from .ranking import (
     ACCURACY,
     ALPHA,

@@ -79,7 +79,7 @@ def _unescape(text: str) -> str:
 
 def _sets_for(values: list[str] | None, model: str | None) -> Any:
     """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model."""
-    from ..data.groups import BUNDLED_COLLECTIONS, bundled_sets, resolve_sets
+    from ..data.sources import BUNDLED_COLLECTIONS, bundled_sets, resolve_sets
     from ..model.real import real_model_for
 
     if not values:

@@ -174,7 +174,7 @@ _SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def _type_name(value: Any) -> str:
-    from ..data.groups import type_name
+    from ..errors import type_name
 
     return type_name(value)
 
@@ -280,7 +280,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     ):
         raise SagoInputError("expected a mapping of set names to JSONL paths", source=source, key="monitor.sets",
                              line=getattr(data.get("monitor"), "lines", {}).get("sets"))
-    from ..data.groups import validate_set_name
+    from ..io import validate_set_name
 
     sets_lines = getattr(getattr(data.get("monitor"), "get", lambda _: None)("sets"), "lines", {})
     for set_name in monitor.sets:

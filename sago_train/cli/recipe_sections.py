@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.groups import type_name as _type_name
 from ..errors import SagoInputError, did_you_mean, short_repr
+from ..errors import type_name as _type_name
 
 
 @dataclass

@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from ..data.groups import VariantSet, read_jsonl, too_long_variant
+from ..data.groups import VariantSet, too_long_variant
 from ..errors import SagoInputError
+from ..io import read_jsonl
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from .recipe import Recipe
 
@@ -306,7 +307,7 @@ def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: An
 
 
 def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
-    from ..data.groups import validate_set_name
+    from ..io import validate_set_name
 
     # The name is the recipe's: an invalid one is reported against the recipe line (parse_recipe checks it
     # too; a VariantSet built from a mapping in Python reaches here without that check).

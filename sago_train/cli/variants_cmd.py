@@ -82,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..data.build import build_variant_set, unchanged_counts
     from ..data.examples import load_examples
-    from ..data.groups import validate_set_name
-    from ..io import atomic_write_jsonl
+    from ..io import atomic_write_jsonl, validate_set_name
 
     out = Path(args.out)
     if out.is_dir():

@@ -9,9 +9,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import SagoInputError
+from ..io import validate_set_name
 from .examples import CANONICAL_KIND, META_KEY, Example
 from .generators import VariantGenerator, make_generator
-from .groups import VariantGroup, VariantSet, validate_set_name
+from .groups import VariantGroup, VariantSet
 from .render import GeneratedVariant
 
 

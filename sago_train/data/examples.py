@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SagoInputError, did_you_mean
+from ..errors import SagoInputError, did_you_mean, type_name
+from ..io import read_jsonl
 from ..limits import read_bounded_text
-from .groups import read_jsonl, type_name
 from .render import Draft, PromptFormat
 
 CANONICAL_KIND = "canonical"

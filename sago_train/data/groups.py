@@ -8,7 +8,6 @@ naming the file, line and field.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -16,14 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SagoInputError, did_you_mean, short_repr, unknown_name_error
+from ..errors import SagoInputError, did_you_mean, short_repr, type_name
+from ..io import find_lone_surrogate, read_jsonl, validate_set_name
 from ..limits import (
-    MAX_LINE_BYTES,
-    MAX_SET_FILE_BYTES,
     MAX_VARIANT_CHARS,
     MAX_VARIANTS_PER_GROUP,
-    human_bytes,
-    open_regular_file,
 )
 
 Message = dict[str, str]
@@ -32,27 +28,6 @@ Variant = str | list[Message]
 GROUP_KEYS = ("id", "variants", "kinds", "canonical", "reference", "choices", "answer", "meta")
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 # Set names become file names (<out>/<set>.jsonl); restricting them keeps outputs inside the output dir.
-_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
-
-
-def validate_set_name(name: str, **where: Any) -> str:
-    """Check that ``name`` is safe as a file name component and return it."""
-    if not isinstance(name, str) or not _SET_NAME.match(name) or ".." in name:
-        raise SagoInputError(
-            f"invalid set name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
-            "letter or digit",
-            hint="set names become file names, so they cannot contain '/' or '..'",
-            **where,
-        )
-    return name
-
-
-def type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
-        type(value), type(value).__name__
-    )
 
 
 def variant_chars(variant: Any) -> int:
@@ -265,108 +240,6 @@ def validate_group(g: VariantGroup) -> None:
         raise SagoInputError(f"expected an object, got {type_name(g.meta)}", key="meta")
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a valid JSON number")
-
-
-# A JSON escape of a UTF-16 surrogate: only lines containing one can decode to a lone surrogate.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def find_lone_surrogate(value: Any, path: str = "") -> tuple[str, str] | None:
-    """``(where, char)`` of the first lone UTF-16 surrogate in a parsed JSON value, else None. JSON's
-    ``"\\ud800"`` decodes to one; it is not valid Unicode, so no tokenizer or UTF-8 writer accepts it."""
-    stack: list[tuple[str, Any]] = [(path, value)]
-    while stack:
-        where, item = stack.pop()
-        if isinstance(item, str):
-            found = _LONE_SURROGATE.search(item)
-            if found:
-                return where, found.group()
-        elif isinstance(item, Mapping):
-            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(list(item.items())))
-            stack.extend((where, k) for k in item)
-        elif isinstance(item, list):
-            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
-    return None
-
-
-def read_jsonl(
-    path: str | os.PathLike[str],
-    *,
-    max_file_bytes: int = MAX_SET_FILE_BYTES,
-    max_line_bytes: int = MAX_LINE_BYTES,
-    what: str = "JSONL file",
-) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors.
-
-    The file is streamed one line at a time: a non-regular file (FIFO, device) or one larger than
-    ``max_file_bytes`` is refused before reading, and a line longer than ``max_line_bytes`` is refused
-    without being held whole."""
-    p = Path(path)
-    limit_name = "MAX_SET_FILE_BYTES" if max_file_bytes == MAX_SET_FILE_BYTES else ""
-    with open_regular_file(p, max_bytes=max_file_bytes, what=what, limit_name=limit_name) as f:
-        total = 0
-        lineno = 0
-        while True:
-            raw = f.readline(max_line_bytes + 1)
-            if not raw:
-                return
-            lineno += 1
-            total += len(raw)
-            if len(raw) > max_line_bytes:
-                raise SagoInputError(
-                    f"line longer than the limit of {human_bytes(max_line_bytes)} (MAX_LINE_BYTES)",
-                    source=str(p), line=lineno, hint="each line must be one JSON object of reasonable size",
-                )
-            if total > max_file_bytes:  # the file grew while it was read
-                raise SagoInputError(f"file longer than the limit of {human_bytes(max_file_bytes)}",
-                                     source=str(p), line=lineno, hint="split it into smaller files")
-            if lineno == 1:
-                if raw.startswith(b"\xef\xbb\xbf"):
-                    raw = raw[3:]  # a UTF-8 byte-order mark is harmless; accept it
-                elif raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-                    raise SagoInputError(
-                        "not valid UTF-8: the file is UTF-16 (it starts with a UTF-16 byte-order mark)",
-                        source=str(p), line=1, hint="save the file as UTF-8",
-                    )
-            if not raw.strip():
-                continue
-            yield lineno, _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
-
-
-def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SagoInputError(
-            f"not valid UTF-8 (byte {err.start})", source=source, line=lineno, hint="save the file as UTF-8"
-        ) from None
-    try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise SagoInputError(
-            "malformed JSON: nested too deeply", source=source, line=lineno, hint="each line must be one JSON object"
-        ) from None
-    except (json.JSONDecodeError, ValueError) as err:
-        msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
-        col = f" (column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
-        raise SagoInputError(
-            f"malformed JSON: {msg}{col}", source=source, line=lineno, hint="each line must be one JSON object"
-        ) from None
-    if _SURROGATE_ESCAPE.search(raw):
-        found = find_lone_surrogate(value)
-        if found is not None:
-            where, char = found
-            raise SagoInputError(
-                f"a lone UTF-16 surrogate '{char.encode('unicode_escape').decode()}' is not valid Unicode text",
-                source=source, line=lineno, key=where or None,
-                hint="write the character itself, or a surrogate pair for characters outside the BMP",
-            )
-    return value
-
-
 @dataclass
 class VariantSet:
     """A named collection of variant groups.
@@ -464,76 +337,3 @@ class VariantSet:
         with open(path, "w", encoding="utf-8") as f:
             for g in self.groups:
                 f.write(json.dumps(g.to_dict(), ensure_ascii=False) + "\n")
-
-
-SetsLike = VariantSet | str | os.PathLike | Mapping[str, VariantSet | str | os.PathLike] | Sequence[Any]
-
-
-def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:
-    """Normalize the many ways of naming sets into ``{name: VariantSet}``.
-
-    Accepts a :class:`VariantSet`, a path, a ``"NAME=PATH"`` string, a mapping name -> set or path, or a
-    list of any of these.
-
-    Example:
-        >>> resolve_sets(VariantSet.from_records([{"variants": ["a", "b"]}], name="x"))["x"].name
-        'x'
-    """
-    out: dict[str, VariantSet] = {}
-
-    def add(vs: VariantSet) -> None:
-        if vs.name in out:
-            raise SagoInputError(f"two variant sets are named '{vs.name}'", hint="give each set a unique name")
-        out[vs.name] = vs
-
-    if isinstance(sets, VariantSet):
-        add(sets)
-    elif isinstance(sets, (str, os.PathLike)):
-        text = os.fspath(sets)
-        if "=" in text and not Path(text).exists():
-            name, path = text.split("=", 1)
-            add(VariantSet.from_jsonl(path, name=validate_set_name(name)))
-        else:
-            add(VariantSet.from_jsonl(text))
-    elif isinstance(sets, Mapping):
-        for name, value in sets.items():
-            if isinstance(value, VariantSet):
-                add(value if value.name == name else VariantSet(validate_set_name(name), value.groups, value.source))
-            else:
-                add(VariantSet.from_jsonl(value, name=validate_set_name(name)))
-    elif isinstance(sets, Sequence):
-        for item in sets:
-            for vs in resolve_sets(item).values():
-                add(vs)
-    else:
-        raise SagoInputError(
-            f"expected a VariantSet, a path, or a mapping of names to sets, got {type(sets).__name__}"
-        )
-    if not out:
-        raise SagoInputError("no variant sets given")
-    return out
-
-
-#: Collections of bundled sets: ``tiny`` probes the shipped tiny model (``assets/sets/*.jsonl``), ``real``
-#: the real instruct model ``sago://smollm2-135m-instruct`` (``assets/sets/real/*.jsonl``: questions with
-#: short references, kinds canonical/paraphrase/format/typo).
-BUNDLED_COLLECTIONS = ("tiny", "real")
-
-
-def bundled_set_paths(collection: str = "tiny") -> dict[str, Path]:
-    """The example sets shipped with the package, by collection (:data:`BUNDLED_COLLECTIONS`)."""
-    if collection not in BUNDLED_COLLECTIONS:
-        raise unknown_name_error("bundled set collection", collection, BUNDLED_COLLECTIONS, key="set")
-    root = Path(__file__).resolve().parent.parent / "assets" / "sets"
-    if collection == "real":
-        root = root / "real"
-    return {p.stem: p for p in sorted(root.glob("*.jsonl"))}
-
-
-def bundled_sets(collection: str = "tiny") -> dict[str, VariantSet]:
-    """Load the example sets shipped with the package (``collection``: ``tiny`` or ``real``)."""
-    return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths(collection).items()}
-
-
-def is_finite_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from .. import distributed
-from ..data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets, too_long_variant
+from ..data.groups import VariantGroup, VariantSet, too_long_variant
+from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError, short_repr
 from ..functional.axes import AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from ..functional.axes.correctness import resolve_match_mode

@@ -21,7 +21,7 @@ import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .. import distributed
-from ..data.groups import SetsLike, resolve_sets
+from ..data.sources import SetsLike, resolve_sets
 from ..eval.config import SAGOConfig
 from ..eval.evaluator import SAGOEvaluator
 from ..functional.stats import to_jsonable

@@ -6,12 +6,11 @@ import os
 import random
 from collections.abc import Callable, Sequence
 
-from ...errors import SagoInputError
+from ...errors import SagoInputError, type_name
 from ..examples import (
     Example,
     load_text_list,
 )
-from ..groups import type_name
 from ..render import Draft, GeneratedVariant
 from .base import (
     VariantGenerator,
