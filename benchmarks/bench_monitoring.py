@@ -97,6 +97,9 @@ def run(steps: int, monitor: bool, out: str) -> tuple[float, int, float]:
                              seed=0, remove_unused_columns=False)
     tr = Trainer(model=model, args=args, train_dataset=build_dataset(tok), data_collator=collate(tok),
                  processing_class=tok, callbacks=callbacks)
+    for cb in callbacks:
+        if isinstance(getattr(cb, "inner", cb), SAGOCallback):
+            getattr(cb, "inner", cb).attach(tr)
     t = time.perf_counter()
     tr.train()
     elapsed = time.perf_counter() - t

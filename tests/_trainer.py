@@ -29,7 +29,7 @@ def variant_set(name: str = "num", n: int = 8) -> VariantSet:
     return VariantSet.from_records(recs, name=name)
 
 
-def make_trainer(output_dir, *, callbacks=(), lora: bool = False, max_steps: int = 10, seed: int = 0,
+def make_trainer(output_dir, *, callbacks=(), bind: bool = True, lora: bool = False, max_steps: int = 10, seed: int = 0,
                  eval_dataset: bool = False, report_to: Any = (), **args: Any):
     from transformers import Trainer, TrainingArguments
 
@@ -46,5 +46,10 @@ def make_trainer(output_dir, *, callbacks=(), lora: bool = False, max_steps: int
     defaults.update(args)
     ds = train_dataset(tok)
     targs = TrainingArguments(**defaults)
-    return Trainer(model=model, args=targs, train_dataset=ds, eval_dataset=ds.select(range(8)) if eval_dataset else None,
-                   processing_class=tok, callbacks=list(callbacks))
+    tr = Trainer(model=model, args=targs, train_dataset=ds, eval_dataset=ds.select(range(8)) if eval_dataset else None,
+                 processing_class=tok, callbacks=list(callbacks))
+    if bind:  # SAGOCallback logs through the Trainer once bound (see its docs)
+        for cb in callbacks:
+            if hasattr(cb, "attach"):
+                cb.attach(tr)
+    return tr

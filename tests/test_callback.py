@@ -149,6 +149,7 @@ def test_sft_trainer(tmp_path):
                          use_cpu=True, disable_tqdm=True, logging_steps=2, save_strategy="no", max_length=32)
     tr = trl.SFTTrainer(model=make_tiny_model("llama"), args=args, train_dataset=ds, processing_class=tok,
                         callbacks=[cb])
+    cb.attach(tr)
     tr.train()
     assert [h["step"] for h in _history(tmp_path)] == [0, 2, 4]
     assert any("eval_sago/num/activation" in h for h in tr.state.log_history)

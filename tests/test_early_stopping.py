@@ -9,13 +9,12 @@ import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback, SagoInputError
-from sago_train.integrations.monitor import Snapshot
+from sago_train.results.evaluation import Evaluation
 
 
-def snap(step: int, values, set_name="s", axis="activation") -> Snapshot:
+def snap(step: int, values, set_name="s", axis="activation") -> Evaluation:
     values = [float(v) for v in values]
-    ids = [f"g{i}" for i in range(len(values))]
-    return Snapshot(step, {set_name: ids}, {set_name: {axis: values}}, {set_name: {axis: float(np.mean(values))}})
+    return Evaluation.from_records(step, {set_name: [{"id": f"g{i}", "axes": {axis: v}} for i, v in enumerate(values)]})
 
 
 def feed(cb, snapshots):
@@ -23,7 +22,7 @@ def feed(cb, snapshots):
     args = TrainingArguments(output_dir="/tmp/unused", report_to=[])
     for sn in snapshots:
         state = TrainerState(global_step=sn.step)
-        cb.on_sago_evaluate(args, state, control, result=None, snapshot=sn)
+        cb.on_sago_evaluate(args, state, control, result=None, evaluation=sn)
         if control.should_training_stop:
             return sn.step
     return None

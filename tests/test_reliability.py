@@ -132,10 +132,10 @@ def test_full_disk_keeps_what_was_written_and_training_goes_on(tmp_path, monkeyp
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, text)
 
-    from sago_train.integrations import monitor as monitoring
+    from sago_train.results import store
 
     monkeypatch.setattr(sio, "atomic_write_text", write)
-    monkeypatch.setattr(monitoring, "atomic_write_text", write)
+    monkeypatch.setattr(store, "atomic_write_text", write)
     cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
     tr = make_trainer(tmp_path, callbacks=[cb], max_steps=6)
     tr.train()
@@ -159,7 +159,7 @@ def test_wandb_init_failure_and_death_mid_run(tmp_path, monkeypatch, caplog):
         raise wandb.errors.CommError("could not reach the W&B server")
 
     monkeypatch.setattr(wandb, "init", refuse)
-    cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+    cb = SAGOCallback(variant_set(), eval_steps=2, guard_reporters=True, **FAST)
     tr = make_trainer(tmp_path / "a", callbacks=[cb], max_steps=4, report_to=["wandb", "tensorboard"])
     tr.train()
     assert tr.state.global_step == 4 and [h["step"] for h in _history(tmp_path / "a")] == [0, 2, 4]
@@ -170,7 +170,7 @@ def test_wandb_init_failure_and_death_mid_run(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+    cb = SAGOCallback(variant_set(), eval_steps=2, guard_reporters=True, **FAST)
     tr = make_trainer(tmp_path / "b", callbacks=[cb], max_steps=4, report_to=["wandb"])
     real_log = wandb.log
     calls = {"n": 0}
@@ -340,8 +340,10 @@ def _trainer_without_processing_class(out: Path, callback: SAGOCallback, **kwarg
 
     args = TrainingArguments(output_dir=str(out), max_steps=2, per_device_train_batch_size=8, report_to=[],
                              save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
-    return Trainer(model=make_tiny_model("llama"), args=args, train_dataset=train_dataset(make_byte_tokenizer()),
-                   callbacks=[callback], **kwargs)
+    tr = Trainer(model=make_tiny_model("llama"), args=args, train_dataset=train_dataset(make_byte_tokenizer()),
+                 callbacks=[callback], **kwargs)
+    callback.attach(tr)
+    return tr
 
 
 def test_callback_without_a_tokenizer_fails_at_train_begin(tmp_path, caplog):

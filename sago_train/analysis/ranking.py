@@ -9,38 +9,18 @@ nothing from it (no import cycle).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import SagoInputError, unknown_name_error
 from ..functional import findings, stats
-
-if TYPE_CHECKING:
-    from .compare import Evaluation
+from ..functional.axes.registry import higher_is_better
+from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 
 __all__ = ["ACCURACY", "ALPHA", "BETWEEN", "INSTABILITY", "available_axes", "compare_evaluations", "ordered_union",
            "paired_flip_test"]
 
-INSTABILITY = "instability"  # the per-group mean of the axes (a convenience scalar, ranked like an axis)
-ACCURACY = "accuracy"  # from the correctness summary; higher is better, never folded into stability
-# Per group: its mean cosine distance to the other groups' variants (recorded with activation_rel). Not an
-# instability: lower means representations pulled together (a collapse), so it is compared, never ranked.
-BETWEEN = "between_dispersion"
 ALPHA = 0.05  # a rank flip is robust when the two-sided paired test has p < ALPHA on both sets
-
-
-def ordered_union(lists: Iterable[Iterable[str]]) -> list[str]:
-    out: list[str] = []
-    for names in lists:
-        for n in names:
-            if n not in out:
-                out.append(n)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Ranking and rank reversal
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def available_axes(evals: Sequence[Evaluation]) -> list[str]:
@@ -151,7 +131,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
         if not scores:
             notes.append(f"axis '{axis}' has no values on any set")
             continue
-        higher = axis == ACCURACY
+        higher = higher_is_better(axis)
         rr = stats.rank_reversal({s: {m: v["mean"] for m, v in per.items()} for s, per in scores.items()},
                                  higher_is_better=higher)
         flips = []

@@ -31,8 +31,9 @@ import numpy as np
 
 from ..errors import SagoInputError
 from ..functional import stats
+from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
+from ..results.store import Run
 from ..version import __version__
-from .compare import ACCURACY, BETWEEN, INSTABILITY, Evaluation, Run, ordered_union
 from .report_findings import findings_markdown
 from .report_plots import (
     _colors,

@@ -9,7 +9,8 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..functional import findings
-from .compare import INSTABILITY, Evaluation, compare_evaluations, ordered_union
+from ..results.evaluation import INSTABILITY, Evaluation, ordered_union
+from .ranking import compare_evaluations
 
 __all__ = ["findings_markdown", "reliability_from_records", "relations_from_records"]
 

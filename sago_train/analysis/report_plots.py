@@ -14,7 +14,8 @@ import numpy as np
 from ..errors import SagoInputError
 from ..functional import stats
 from ..io import atomic_write_bytes
-from .compare import ACCURACY, INSTABILITY, Evaluation, Run, ordered_union
+from ..results.evaluation import ACCURACY, INSTABILITY, Evaluation, ordered_union
+from ..results.store import Run
 
 _DPI = 110
 _Y_INSTABILITY = "instability (lower = more stable)"

@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def default_out(source: Any) -> Path:
     """Where a single directory's report goes when --out is not given: beside the results it reads."""
-    from ..analysis.compare import Run
+    from ..results.store import Run
 
     if isinstance(source, Run):
         return source.sago_dir / "report"

@@ -253,7 +253,11 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
     model, tokenizer = build_model(recipe)
     _check_layers(recipe, callbacks, model)
     try:
-        return _make_trainer(recipe, fmt, args, model, tokenizer, records, eval_records, callbacks, stability, src)
+        trainer = _make_trainer(recipe, fmt, args, model, tokenizer, records, eval_records, callbacks, stability, src)
+        for cb in callbacks:
+            if isinstance(cb, SAGOCallback) and cb.trainer is None:
+                cb.attach(trainer)  # log through the Trainer to report_to, feed early stopping
+        return trainer
     except SagoInputError as err:
         if err.source is not None:
             raise

@@ -1,117 +1,44 @@
 """``SAGOCallback``: SAGO evaluation inside a Hugging Face ``Trainer`` (or TRL ``SFTTrainer``) run.
 
-Metrics go through ``Trainer.log`` so that every ``report_to`` integration receives them at the right
-global step, under ``eval_sago/<set>/<axis>`` (W&B shows ``eval/sago/<set>/<axis>``); when the Trainer
-itself evaluates, they are also added to its metrics so ``metric_for_best_model="sago/<set>/<axis>"`` works.
+Bind it to the Trainer explicitly (as TRL's callbacks are): ``SAGOCallback(sets, trainer=trainer)`` or
+``callback.attach(trainer)`` (which adds it when it is not there yet). Bound, metrics go through ``Trainer.log``,
+so every ``report_to`` integration receives them at the right global step, under ``eval_sago/<set>/<axis>``
+(W&B shows ``eval/sago/<set>/<axis>``). Passed only in ``callbacks=[...]`` it still evaluates, writes the
+history, and adds its metrics to ``trainer.state.log_history`` and to the Trainer's own evaluation metrics (so
+``metric_for_best_model="sago/<set>/<axis>"`` works), but ``report_to`` integrations do not see them: the
+Trainer does not hand callbacks to itself, and this callback does not look for it (a warning says so).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
+from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..eval.evaluator import SAGOEvaluator
 from ..functional.stats import to_jsonable
+from ..io import release_run_lock
+from ..results.evaluation import Evaluation
 from ..results.records import EvalResult
-from .monitor import MonitorState, Snapshot
-from .setup import check_can_evaluate, claim_run_dir, find_tokenizer
+from ..results.store import SAGO_DIR
+from .early_stopping import check_target
+from .monitor import MonitorState
+from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
+from .wandb import log_wandb_extras
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "eval_sago"
-
-
-def find_trainer(max_depth: int = 12) -> Any | None:
-    """The ``transformers.Trainer`` whose callback handler is calling us.
-
-    Callbacks are not handed the Trainer, but logging through ``Trainer.log`` is the only way to reach every
-    ``report_to`` integration at the right step, so we look up the caller's frame (``CallbackHandler`` is
-    always called from a Trainer method).
-    """
-    from transformers import Trainer
-
-    frame = inspect.currentframe()
-    try:
-        for _ in range(max_depth):
-            if frame is None:
-                return None
-            candidate = frame.f_locals.get("self")
-            if isinstance(candidate, Trainer):
-                return candidate
-            frame = frame.f_back
-    finally:
-        del frame
-    return None
-
-
-class _RNGGuard:
-    """Save and restore every RNG an evaluation could touch, so monitoring never changes training."""
-
-    def __enter__(self) -> _RNGGuard:
-        self.py = random.getstate()
-        self.np = np.random.get_state()
-        self.torch = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        random.setstate(self.py)
-        np.random.set_state(self.np)
-        torch.set_rng_state(self.torch)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
-
-
-EVENTS = [name for name in dir(TrainerCallback) if name.startswith("on_")]
-
-
-def guard_reporters(trainer: Any) -> list[str]:
-    """Make the Trainer's ``report_to`` integrations (W&B, TensorBoard, ...) fail softly.
-
-    A reporter that raises (W&B failing to start, or dying mid-run) is logged once and switched off, so the
-    other reporters, the SAGO history and the training run go on. Returns the names of guarded callbacks.
-    """
-    from transformers.integrations import INTEGRATION_TO_CALLBACK
-
-    reporter_types = tuple(c for c in INTEGRATION_TO_CALLBACK.values() if isinstance(c, type))
-    guarded = []
-    for cb in trainer.callback_handler.callbacks:
-        if not isinstance(cb, reporter_types) or getattr(cb, "_sago_guarded", False):
-            continue
-        cb._sago_guarded = True
-        cb._sago_disabled = False
-        for event in EVENTS:
-            method = getattr(cb, event, None)
-            if method is None:
-                continue
-
-            def safe(*args: Any, _method: Any = method, _cb: Any = cb, _event: str = event, **kwargs: Any) -> Any:
-                if _cb._sago_disabled:
-                    return None
-                try:
-                    return _method(*args, **kwargs)
-                except Exception as err:  # noqa: BLE001 - a reporter must not cost the training run
-                    _cb._sago_disabled = True
-                    logger.error("sago: %s failed in %s (%s: %s); it is switched off, training, the other reporters "
-                                 "and the SAGO history go on", type(_cb).__name__, _event, type(err).__name__, err)
-                    return None
-
-            setattr(cb, event, safe)
-        guarded.append(type(cb).__name__)
-    return guarded
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -133,8 +60,10 @@ class SAGOCallback(TrainerCallback):
             evaluation from measured times. A run shorter than about ``2 * eval_time / budget`` gets only the
             baseline and the final evaluation.
         raise_on_error: re-raise an exception from an evaluation instead of logging it and training on.
-        guard_reporters: make the Trainer's reporting integrations fail softly (a W&B that cannot start or
-            dies mid-run is logged and switched off instead of stopping training).
+        trainer: the Trainer to log through (see the module doc); or bind later with :meth:`attach`.
+        guard_reporters: opt-in: when bound, wrap the Trainer's reporting integrations so that one that fails
+            (a W&B that cannot start or dies mid-run) is logged and switched off instead of stopping training.
+            The integrations are not modified: each is wrapped in the Trainer's callback list.
         log_unstable_groups: rows of the W&B table of the most unstable groups (0 disables it).
         tokenizer: the tokenizer to evaluate with. Default: the Trainer's ``processing_class``, else its data
             collator's ``tokenizer``; the one used is named once at train start.
@@ -150,7 +79,8 @@ class SAGOCallback(TrainerCallback):
         >>> from transformers import Trainer
         >>> from sago_train import SAGOCallback, VariantSet
         >>> cb = SAGOCallback({"paraphrase": "sets/paraphrase.jsonl"}, eval_steps=100, max_groups=64)  # doctest: +SKIP
-        >>> trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[cb])  # doctest: +SKIP
+        >>> trainer = Trainer(model=model, args=args, train_dataset=ds)  # doctest: +SKIP
+        >>> cb.attach(trainer)  # doctest: +SKIP
     """
 
     def __init__(
@@ -161,7 +91,8 @@ class SAGOCallback(TrainerCallback):
         baseline: bool = True,
         overhead_budget: float = 0.05,
         raise_on_error: bool = False,
-        guard_reporters: bool = True,
+        trainer: Any = None,
+        guard_reporters: bool = False,
         log_unstable_groups: int = 10,
         evaluate_at_end: bool = True,
         config: SAGOConfig | None = None,
@@ -173,14 +104,10 @@ class SAGOCallback(TrainerCallback):
         self.sets = resolve_sets(sets)
         self.config = config if config is not None else SAGOConfig.from_kwargs(**options)
         if eval_steps is not None and (not isinstance(eval_steps, int) or eval_steps < 1):
-            from ..errors import SagoInputError
-
             raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
         self.eval_steps = eval_steps
         self.baseline = baseline
         if not (isinstance(overhead_budget, (int, float)) and overhead_budget > 0 and math.isfinite(overhead_budget)):
-            from ..errors import SagoInputError
-
             raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
         self.overhead_budget = float(overhead_budget)
         self.raise_on_error = raise_on_error
@@ -197,7 +124,6 @@ class SAGOCallback(TrainerCallback):
         self.last_result: EvalResult | None = None
         self.last_metrics: dict[str, float] = {}
         self.failures: list[dict[str, Any]] = []
-        self._own_cadence: int | None = None
         self._auto = False
         self._next_auto: int | None = None
         self._clock: dict[str, float] = {}
@@ -207,45 +133,50 @@ class SAGOCallback(TrainerCallback):
         # Metrics per evaluated step, kept on every rank: decisions must not depend on rank 0's history file,
         # or ranks would disagree about evaluating (and an evaluation runs collectives).
         self._done: dict[int, dict[str, float]] = {}
+        if trainer is not None:
+            self.attach(trainer)
 
     # ------------------------------------------------------------------ wiring
     def attach(self, trainer: Any) -> SAGOCallback:
-        """Bind to a Trainer explicitly (done automatically when passed in ``callbacks=[...]``)."""
+        """Bind to ``trainer`` (adding this callback to it when it is not there yet): metrics then go through
+        ``trainer.log`` to every ``report_to`` integration, and early-stopping callbacks in the Trainer are found.
+        Returns ``self``."""
         self.trainer = trainer
+        handler = trainer.callback_handler
+        if self not in handler.callbacks:
+            trainer.add_callback(self)
+        if self.guard_reporters:
+            guard_reporters(trainer)
+        for cb in handler.callbacks:
+            self.add_listener(cb)
         return self
 
     def add_listener(self, listener: Any) -> None:
-        """Objects with ``on_sago_evaluate(args, state, control, result, snapshot)`` (early stopping)."""
-        if listener not in self._listeners:
+        """Objects with ``on_sago_evaluate(args, state, control, *, result, evaluation, monitor)`` (early
+        stopping); found in the Trainer when bound, else add them here."""
+        if hasattr(listener, "on_sago_evaluate") and listener not in self._listeners:
             self._listeners.append(listener)
-
-    def _discover(self) -> None:
-        if self.trainer is None:
-            self.trainer = find_trainer()
-        if self.trainer is not None:
-            if self.guard_reporters:
-                guard_reporters(self.trainer)
-            for cb in self.trainer.callback_handler.callbacks:
-                if hasattr(cb, "on_sago_evaluate"):
-                    self.add_listener(cb)
-
-    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        self._discover()
+            if hasattr(listener, "connect"):
+                listener.connect(self)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        # Resuming replaces stateful callbacks (early stopping) with restored instances: find them afresh.
-        self._listeners = []
-        self._discover()
+        if self.trainer is not None:
+            # Resuming replaces stateful callbacks (early stopping) with restored instances: find them afresh.
+            self._listeners = []
+            self.attach(self.trainer)
+        elif args.report_to and distributed.is_main_process():
+            logger.warning("sago: SAGOCallback is not bound to the Trainer, so its metrics reach the history, "
+                           "trainer.state.log_history and the Trainer's evaluation metrics but not %s; bind it with "
+                           "SAGOCallback(..., trainer=trainer) or callback.attach(trainer)", ", ".join(args.report_to))
         self._check_can_evaluate(kwargs)
-        self.monitor = MonitorState(Path(args.output_dir) / "sago")
+        self.monitor = MonitorState(Path(args.output_dir) / SAGO_DIR)
         resumed = state.global_step > 0
         main = distributed.is_main_process()
         self._claim_output(resumed)
         self.monitor.load(state.global_step if resumed else None, write=main)
-        self._done = {int(h["step"]): {} for h in self.monitor.history}
+        self._done = {step: {} for step in self.monitor.steps()}
         self._check_listeners()
-        self._own_cadence = self._cadence(args, state)
-        self._auto = self._own_cadence is None and self.eval_steps is None and not self._trainer_evaluates(args)
+        self._auto = self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
         self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
         if self.baseline and state.global_step not in self._done and not resumed:
@@ -266,32 +197,18 @@ class SAGOCallback(TrainerCallback):
 
     def _release_lock(self) -> None:
         if self._locked is not None:
-            from ..io import release_run_lock
-
             release_run_lock(self._locked.parent)
             self._locked = None
 
     def _check_listeners(self) -> None:
         """Early stopping must watch a monitored set and a computed axis: fail before training, not later."""
-        from ..errors import SagoInputError
-
-        axes = [*self.config.axes, "instability"]
         for listener in self._listeners:
-            set_name, axis = getattr(listener, "set_name", None), getattr(listener, "axis", None)
-            if set_name is not None and set_name not in self.sets:
-                raise SagoInputError(f"early stopping watches set '{set_name}', which is not monitored; monitored "
-                                     f"sets: {', '.join(self.sets)}", key="metric")
-            if axis is not None and axis not in axes:
-                raise SagoInputError(f"early stopping watches axis '{axis}', which is not computed; computed: "
-                                     f"{', '.join(axes)}", key="metric")
+            check_target(getattr(listener, "set_name", None), getattr(listener, "axis", None), self.sets,
+                         [*self.config.axes, "instability"])
 
     @staticmethod
     def _trainer_evaluates(args: TrainingArguments) -> bool:
         return str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no"
-
-    def _cadence(self, args: TrainingArguments, state: TrainerState) -> int | None:
-        """Fixed steps between our own evaluations; None when following the Trainer or the automatic cadence."""
-        return self.eval_steps
 
     def _schedule_auto(self, state: TrainerState) -> bool:
         """Automatic cadence: is an evaluation due now? If not, when should we look again?
@@ -330,7 +247,7 @@ class SAGOCallback(TrainerCallback):
                 return
             if not self._schedule_auto(state):
                 return
-        elif self._own_cadence is None or state.global_step % self._own_cadence != 0:
+        elif self.eval_steps is None or state.global_step % self.eval_steps != 0:
             return
         if control.should_evaluate:
             self._pending = True  # the Trainer evaluates right after: join its metrics in on_evaluate
@@ -340,7 +257,7 @@ class SAGOCallback(TrainerCallback):
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics=None,
                     **kwargs: Any):
         new: dict[str, float] = {}
-        if self._pending or (self._own_cadence is None and not self._auto):
+        if self._pending or (self.eval_steps is None and not self._auto):
             self._pending = False
             if state.global_step in self._done:
                 new = self._done[state.global_step]  # already measured at this step (e.g. eval_on_start)
@@ -423,7 +340,7 @@ class SAGOCallback(TrainerCallback):
         start = time.perf_counter()
         self._attempted.add(state.global_step)
         try:
-            with _RNGGuard():
+            with RNGGuard():
                 result = self._run_evaluator(model, tokenizer, args)
         except Exception as err:  # noqa: BLE001 - monitoring must never cost the training run
             if self.raise_on_error or distributed.world_size() > 1:
@@ -438,13 +355,12 @@ class SAGOCallback(TrainerCallback):
         if self._clock:
             self._clock["eval"] += seconds
             self._clock["last_eval"] = seconds
-            self._clock["eval_step"] = state.global_step
         if self._auto and state.global_step > int(self._clock["step"]):
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1
-        snap = Snapshot.from_result(state.global_step, result)
-        compare = self.monitor.compare(snap, alpha_seed=self.config.seed)
-        self.monitor.observe(snap)
+        evaluation = Evaluation.from_result(state.global_step, result)
+        compare = self.monitor.compare(evaluation, alpha_seed=self.config.seed)
+        self.monitor.observe(evaluation)
         self.last_result = result
         if distributed.is_main_process():
             for note in result.warnings:  # degenerate outputs: empty or question-independent generations
@@ -461,10 +377,11 @@ class SAGOCallback(TrainerCallback):
         self._done[state.global_step] = metrics
         if distributed.is_main_process():
             self._write(state, result, compare, seconds)
-        self._log(metrics, control)
-        self._log_wandb(args, state, result)
+        self._log(metrics, state, control)
+        if "wandb" in (args.report_to or []):
+            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups)
         for listener in self._listeners:
-            listener.on_sago_evaluate(args, state, control, result=result, snapshot=snap, monitor=self.monitor)
+            listener.on_sago_evaluate(args, state, control, result=result, evaluation=evaluation, monitor=self.monitor)
         return metrics
 
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
@@ -484,48 +401,20 @@ class SAGOCallback(TrainerCallback):
         }
         try:
             # Group records first: a history line never points at records that are not on disk.
-            self.monitor.write_groups(state.global_step, result)
-            self.monitor.append(to_jsonable(entry))
+            self.monitor.record(state.global_step, result, to_jsonable(entry))
         except OSError as err:
             logger.error("sago: could not write the evaluation history (%s); training continues", err)
             self.failures.append({"step": state.global_step, "error": f"OSError: {err}"})
 
-    def _log(self, metrics: dict[str, float], control: TrainerControl) -> None:
+    def _log(self, metrics: dict[str, float], state: TrainerState, control: TrainerControl) -> None:
         if self.trainer is not None:
             # Trainer.log resets control.should_log (and the handler may touch other flags); keep the
             # Trainer's own plans for this step (its loss log, evaluation, checkpoint) intact.
             flags = (control.should_log, control.should_evaluate, control.should_save)
             self.trainer.log(dict(metrics))
             control.should_log, control.should_evaluate, control.should_save = flags
-        elif distributed.is_main_process():
-            logger.info("sago metrics: %s", metrics)
-
-    def _log_wandb(self, args: TrainingArguments, state: TrainerState, result: EvalResult) -> None:
-        """Histograms of per-group values and a table of the most unstable groups, when W&B is active."""
-        if not distributed.is_main_process() or "wandb" not in (args.report_to or []):
-            return
-        try:
-            import wandb
-
-            if wandb.run is None:
-                return
-            payload: dict[str, Any] = {"train/global_step": state.global_step}
-            rows = []
-            for name, s in result.sets.items():
-                for axis in s.axes:
-                    values = [v for v in s.values(axis) if math.isfinite(v)]
-                    if values:
-                        payload[f"eval/sago/{name}/{axis}_hist"] = wandb.Histogram(values)
-                for g in s.groups:
-                    rows.append((g.instability, name, g))
-            if self.log_unstable_groups > 0 and rows:
-                rows.sort(key=lambda r: -r[0] if math.isfinite(r[0]) else 0.0)
-                table = wandb.Table(columns=["set", "id", "instability", "axes", "variants", "outputs"])
-                for inst, name, g in rows[: self.log_unstable_groups]:
-                    table.add_data(name, g.id, inst, str({a: round(v, 4) for a, v in g.axes.items()}),
-                                   "\n".join(map(str, g.variants)), "\n".join(g.outputs or []))
-                payload["eval/sago/unstable_groups"] = table
-            wandb.log(payload)
-        except Exception as err:  # noqa: BLE001 - a failing W&B must not stop the other reporters
-            logger.warning("sago: W&B logging failed (%s: %s); other reporters and the history go on",
-                           type(err).__name__, err)
+        else:
+            # Unbound: what Trainer.log records, without the report_to integrations (see the module doc).
+            state.log_history.append({**metrics, "step": state.global_step})
+            if distributed.is_main_process():
+                logger.info("sago metrics: %s", metrics)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,9 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError
-from ..functional import stats
+from ..functional.axes.registry import higher_is_better
+from ..results.evaluation import Evaluation
+from .monitor import is_improvement, paired_regression
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +32,18 @@ def parse_metric(metric: str) -> tuple[str, str]:
             hint="e.g. 'sago/paraphrase/activation'",
         )
     return parts[1], parts[2]
+
+
+def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str]) -> None:
+    """Early stopping must watch a monitored set and a computed axis: the one check, run before training (by
+    :class:`SAGOCallback`) and on every evaluation."""
+    sets, axes = list(sets), list(axes)
+    if set_name is not None and set_name not in sets:
+        raise SagoInputError(f"early stopping watches set '{set_name}', which is not monitored; monitored "
+                             f"sets: {', '.join(sets)}", key="metric")
+    if axis is not None and axis not in axes:
+        raise SagoInputError(f"early stopping watches axis '{axis}', which is not computed; computed: "
+                             f"{', '.join(axes)}", key="metric")
 
 
 class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
@@ -79,6 +94,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.stopped_step: int | None = None
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
+        self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -114,23 +130,31 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                 logger.info("sago early stopping: restored state from the checkpoint (counter %d)", self.counter)
                 return
 
+    def connect(self, source: Any) -> None:
+        """Called by the :class:`SAGOCallback` that will feed this one its evaluations."""
+        self._source = source
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        if self._source is None:
+            # Without a feed this callback would never stop anything: say so instead of training on silently.
+            raise SagoInputError(
+                "SAGOEarlyStoppingCallback receives no SAGO evaluations: no SAGOCallback is bound to this Trainer",
+                hint="bind the SAGOCallback with SAGOCallback(..., trainer=trainer) or callback.attach(trainer), "
+                     "or call sago_callback.add_listener(early_stopping)",
+            )
+
     def on_sago_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                         result: Any, snapshot: Any, **kwargs: Any) -> None:
+                         result: Any, evaluation: Evaluation, **kwargs: Any) -> None:
         """Called by :class:`SAGOCallback` after each evaluation."""
-        if self.set_name not in snapshot.values:
-            raise SagoInputError(f"early stopping watches set '{self.set_name}', which is not monitored; "
-                                 f"monitored sets: {', '.join(snapshot.values)}", key="metric")
-        values = snapshot.values[self.set_name]
-        if self.axis not in values:
-            raise SagoInputError(f"early stopping watches axis '{self.axis}', which is not computed; computed: "
-                                 f"{', '.join(values)}", key="metric")
-        ids = snapshot.ids[self.set_name]
-        current = np.array(values[self.axis], float)
+        check_target(self.set_name, self.axis, evaluation.sets, evaluation.summaries.get(self.set_name, {}))
+        by_id = evaluation.group_values(self.set_name, self.axis) or {}
+        ids = list(by_id)
+        current = np.array([by_id[i] for i in ids], float)
         mean = float(np.nanmean(current)) if np.isfinite(current).any() else math.nan
         if not math.isfinite(mean):
             return
         decision: dict[str, Any] = {"step": state.global_step, "mean": mean}
-        if self.best_mean is None or mean < self.best_mean:
+        if is_improvement(self.axis, mean, self.best_mean):
             self.best_step, self.best_mean = state.global_step, mean
             self.best_ids, self.best_values = list(ids), [float(x) for x in current]
             self.counter = 0
@@ -158,14 +182,13 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     def _is_worse(self, ids: list[str], current: np.ndarray, mean: float) -> tuple[bool, dict[str, Any]]:
         if self.best_mean is None:
             return False, {}
-        delta = mean - self.best_mean
+        # Signed so that positive is worse, whichever direction the axis has (the registry says).
+        sign = -1.0 if higher_is_better(self.axis) else 1.0
+        delta = sign * (mean - self.best_mean)
         if self.mode == "threshold":
             return delta > self.min_delta, {"delta": delta}
-        best = dict(zip(self.best_ids, self.best_values))
-        pairs = [(best[i], v) for i, v in zip(ids, current) if i in best]
-        if not pairs:
+        res = paired_regression(self.axis, dict(zip(self.best_ids, self.best_values)), dict(zip(ids, current)))
+        if res is None:
             return False, {"delta": delta}
-        before, after = np.array(pairs, float).T
-        res = stats.paired_comparison(before, after, alternative="greater")
-        worse = res.p_value is not None and res.p_value < self.alpha and res.mean_diff >= self.min_delta
-        return bool(worse), {"delta": float(res.mean_diff), "p_value": float(res.p_value)}
+        worse = res.p_value is not None and res.p_value < self.alpha and sign * res.mean_diff >= self.min_delta
+        return bool(worse), {"delta": float(sign * res.mean_diff), "p_value": float(res.p_value)}

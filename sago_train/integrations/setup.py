@@ -5,11 +5,18 @@ by one process, and no other run's history replaced)."""
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
 from .. import distributed
 from ..errors import SagoInputError
+from ..io import acquire_run_lock, release_run_lock
+from ..results.store import claim_history
 
 logger = logging.getLogger("sago_train.integrations.callback")
 
@@ -57,8 +64,6 @@ def claim_run_dir(sago_dir: Path, *, resumed: bool, overwrite: bool, locked: Pat
     """Hold ``sago_dir`` (one process at a time) and refuse to replace another run's history; returns the lock
     held. Rank 0 decides and every rank raises the same error, so none waits in a collective for a rank that
     stopped."""
-    from ..io import acquire_run_lock, release_run_lock
-    from .monitor import claim_history
 
     error = None
     if distributed.is_main_process():
@@ -76,3 +81,66 @@ def claim_run_dir(sago_dir: Path, *, resumed: bool, overwrite: bool, locked: Pat
             release_run_lock(locked.parent)
         raise SagoInputError(error)
     return locked
+
+
+class RNGGuard:
+    """Save and restore every RNG an evaluation could touch, so monitoring never changes training."""
+
+    def __enter__(self) -> RNGGuard:
+        self.py = random.getstate()
+        self.np = np.random.get_state()
+        self.torch = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        random.setstate(self.py)
+        np.random.set_state(self.np)
+        torch.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+class GuardedReporter(TrainerCallback):
+    """Wraps (never modifies) a reporting integration (W&B, TensorBoard, ...) so that one that raises is
+    logged once and switched off, and the other reporters, the SAGO history and training go on. Installed in
+    place of the reporter in the Trainer's callback list by ``SAGOCallback(guard_reporters=True)``; the
+    reporter itself is :attr:`wrapped`."""
+
+    def __init__(self, wrapped: TrainerCallback) -> None:
+        self.wrapped = wrapped
+        self.disabled = False
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("on_"):
+            return object.__getattribute__(self, name)
+        wrapped = object.__getattribute__(self, "wrapped")
+        method = getattr(wrapped, name)
+
+        def safe(*args: Any, **kwargs: Any) -> Any:
+            if self.disabled:
+                return None
+            try:
+                return method(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001 - a reporter must not cost the training run
+                self.disabled = True
+                logger.error("sago: %s failed in %s (%s: %s); it is switched off, training, the other reporters "
+                             "and the SAGO history go on", type(wrapped).__name__, name, type(err).__name__, err)
+                return None
+
+        return safe
+
+
+def guard_reporters(trainer: Any) -> list[str]:
+    """Wrap the Trainer's ``report_to`` integrations in :class:`GuardedReporter` (in its callback list; the
+    integrations are not modified). Returns the names of the guarded callbacks."""
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    reporter_types = tuple(c for c in INTEGRATION_TO_CALLBACK.values() if isinstance(c, type))
+    callbacks = trainer.callback_handler.callbacks
+    guarded = []
+    for i, cb in enumerate(callbacks):
+        if isinstance(cb, reporter_types):
+            callbacks[i] = GuardedReporter(cb)
+            guarded.append(type(cb).__name__)
+    return guarded

@@ -11,8 +11,8 @@ import numpy as np
 
 from ..functional import findings, stats
 from ..functional.axes import correctness_summary, in_instability
-from ..io import atomic_write_json, atomic_write_jsonl, safe_child
 from ..version import __version__
+from .store import write_eval_dir
 
 _clean = stats.to_jsonable
 
@@ -221,9 +221,4 @@ class EvalResult:
 
     def write(self, out_dir: str | Path) -> Path:
         """Write ``summary.json`` and one ``<set>.jsonl`` of group records per set (atomically)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for name in self.sets:
-            atomic_write_jsonl(safe_child(out, name, ".jsonl"), self.group_records(name))
-        atomic_write_json(out / "summary.json", self.summary())
-        return out
+        return write_eval_dir(out_dir, self.summary(), {name: self.group_records(name) for name in self.sets})

@@ -28,8 +28,6 @@ from ..errors import SagoInputError
 from .collator import ITEM_COLUMNS, VariantGroupCollator, mask_non_canonical_labels
 from .loss import StabilityConfig, StabilityLoss, split_batch
 
-LOG_KEYS = ("sago_task_loss", "sago_act_loss", "sago_conf_loss")
-
 
 class _CanonicalOnlyLabels:
     """Collator wrapper for ``task_loss_variants='canonical'``: non-canonical rows get no labels.
@@ -80,6 +78,11 @@ class StabilityTrainerMixin:
         configure_torch_threads()
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
         super().__init__(*args, **kwargs)
+        # Bind the SAGO callbacks passed in callbacks=[...] (they log through the Trainer once bound); duck-typed
+        # so that training does not import the integration layer.
+        for cb in list(self.callback_handler.callbacks):
+            if callable(getattr(cb, "attach", None)) and getattr(cb, "trainer", False) is None:
+                cb.attach(self)
         if self.args.n_gpu > 1:
             raise SagoInputError(
                 f"the stability loss does not support torch.nn.DataParallel ({self.args.n_gpu} GPUs in one process)",

@@ -118,6 +118,18 @@ def in_instability(name: str) -> bool:
     return True if axis is None else axis.in_instability
 
 
+#: Recorded quantities that are not axes but carry a direction: correctness is higher-is-better.
+HIGHER_IS_BETTER_EXTRA = frozenset({"accuracy"})
+
+
+def higher_is_better(name: str) -> bool:
+    """The direction of a recorded quantity, read by rankings, "best so far" and early stopping: a registered
+    axis says (``Axis.higher_is_better``); ``accuracy`` is higher-is-better; ``instability`` and unknown names
+    (e.g. a user axis recorded by another process) are instabilities, lower is better."""
+    axis = AXES.get(name)
+    return axis.higher_is_better if axis is not None else name in HIGHER_IS_BETTER_EXTRA
+
+
 def get_axis(name: str) -> Axis:
     if name not in AXES:
         raise unknown_name_error("axis", name, AXES, key="axes")
