@@ -41,7 +41,8 @@ _IMPORT_STRUCTURE: dict[str, list[str]] = {
     "cli.recipe": ["Recipe", "load_recipe"],
     "results.records": ["EvalResult", "GroupResult", "SetResult"],
     "training.trainer": ["StabilityTrainer", "StabilitySFTTrainer"],
-    "functional.stats": ["axis_correlation", "bootstrap_ci", "kind_effect", "paired_comparison", "rank_reversal"],
+    "functional.stats": ["bootstrap_ci", "paired_comparison"],
+    "functional.relations": ["axis_correlation", "kind_effect", "rank_reversal"],
     "model.tiny": ["tiny_model_path", "load_tiny_model"],
 }
 _NAME_TO_MODULE = {name: module for module, names in _IMPORT_STRUCTURE.items() for name in names}
@@ -86,13 +87,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         relative_dispersion,
     )
     from .functional.axes import AXES, DEFAULT_AXES, AxisValue, GroupInputs, register_axis  # noqa: F401
-    from .functional.stats import (  # noqa: F401
-        axis_correlation,
-        bootstrap_ci,
-        kind_effect,
-        paired_comparison,
-        rank_reversal,
-    )
+    from .functional.relations import axis_correlation, kind_effect, rank_reversal  # noqa: F401
+    from .functional.stats import bootstrap_ci, paired_comparison  # noqa: F401
     from .integrations.callback import SAGOCallback  # noqa: F401
     from .integrations.early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
     from .model.tiny import load_tiny_model, tiny_model_path  # noqa: F401

@@ -14,19 +14,15 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from sago_train.functional import stats
-from sago_train.functional.stats import (
+from sago_train.functional.relations import (
     Correlation,
     KindEffect,
-    PairedResult,
     RankReversal,
-    Summary,
     axis_correlation,
-    bootstrap_ci,
     kind_effect,
-    paired_comparison,
     rank_reversal,
-    to_jsonable,
 )
+from sago_train.functional.stats import PairedResult, Summary, bootstrap_ci, paired_comparison, to_jsonable
 
 NAN = float("nan")
 

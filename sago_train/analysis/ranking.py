@@ -1,7 +1,7 @@
 """Rank evaluations per set and find rank reversals between sets (SPEC "Rank reversal", finding 3).
 
 :func:`compare_evaluations` ranks :class:`~sago_train.analysis.compare.Evaluation` objects per set on each axis (lower
-= more stable; accuracy: higher is better) with :func:`sago_train.functional.stats.rank_reversal`, and marks a flip
+= more stable; accuracy: higher is better) with :func:`sago_train.functional.relations.rank_reversal`, and marks a flip
 *robust* when a paired test between the two entries is significant on both sets
 (:func:`paired_flip_test`). Import these from :mod:`sago_train.analysis.compare` as well; this module imports
 nothing from it (no import cycle).
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import SagoInputError, unknown_name_error
-from ..functional import findings, stats
+from ..functional import findings, relations, stats
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 
@@ -132,7 +132,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
             notes.append(f"axis '{axis}' has no values on any set")
             continue
         higher = higher_is_better(axis)
-        rr = stats.rank_reversal({s: {m: v["mean"] for m, v in per.items()} for s, per in scores.items()},
+        rr = relations.rank_reversal({s: {m: v["mean"] for m, v in per.items()} for s, per in scores.items()},
                                  higher_is_better=higher)
         flips = []
         by_label = {e.label: e for e in evals}

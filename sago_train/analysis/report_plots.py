@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SagoInputError
-from ..functional import stats
+from ..functional import relations
 from ..io import atomic_write_bytes
 from ..results.evaluation import ACCURACY, INSTABILITY, Evaluation, ordered_union
 from ..results.store import Run
@@ -169,7 +169,7 @@ def plot_groups(evals: Sequence[Evaluation], set_name: str, colors: dict[str, st
     return _save(fig, path)
 
 
-def pooled_correlation(ev: Evaluation) -> stats.Correlation | None:
+def pooled_correlation(ev: Evaluation) -> relations.Correlation | None:
     """Spearman correlation of the axes over the per-group values of every set with records (pooled)."""
     axes = ordered_union(ev.axes[s] for s in ev.sets)
     pooled: dict[str, list[float]] = {a: [] for a in axes}
@@ -182,10 +182,10 @@ def pooled_correlation(ev: Evaluation) -> stats.Correlation | None:
             pooled[a].extend(values.get(r["id"], math.nan) for r in recs)
     if len(axes) < 2 or not pooled[axes[0]]:
         return None
-    return stats.axis_correlation(pooled)
+    return relations.axis_correlation(pooled)
 
 
-def plot_correlation(evals: Sequence[Evaluation], correlations: Sequence[stats.Correlation | None],
+def plot_correlation(evals: Sequence[Evaluation], correlations: Sequence[relations.Correlation | None],
                      path: Path) -> Path | None:
     """One heatmap of Spearman rho (annotated with rho and p) per evaluation."""
     panels = [(e, c) for e, c in zip(evals, correlations) if c is not None]

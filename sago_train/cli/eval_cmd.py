@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from ..errors import SagoInputError
-from ..eval.config import CHAT_TEMPLATE_MODES, SAGOConfig, parse_int_list
+from ..eval.config import SAGOConfig, parse_int_list
+from .dataclass_args import add_dataclass_arguments, dataclass_options
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -25,24 +26,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--set", dest="sets", action="append", metavar="NAME=FILE",
                    help="a variant set (JSONL), or 'tiny' / 'real' for a bundled collection; repeat for several; "
                    "default: the bundled sets for the model")
-    p.add_argument("--axes", default=None, help="comma-separated axes (default: all five)")
-    p.add_argument("--layers", default=None, help="comma-separated decoder blocks, e.g. 0,-1")
-    p.add_argument("--pooling", choices=None, default=None, help="last|mean (default last)")
-    p.add_argument("--similarity", default=None, help="exact|token_f1|embedding (default token_f1)")
-    p.add_argument("--embedding-model", default=None, help="sentence-transformers model for --similarity embedding")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="greedy generation length (default 32)")
-    p.add_argument("--stop", action="append", default=None, metavar="STRING",
-                   help="stop string that ends a generation, cut from the output (repeatable; backslash escapes "
-                   "such as '\\n' are read)")
-    p.add_argument("--chat-template", default=None, choices=CHAT_TEMPLATE_MODES,
-                   help="feed string variants through the tokenizer's chat template: always|never|auto (default "
-                   "auto: when the template marks turns with special tokens, as instruct models' do)")
-    p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (default 32)")
-    p.add_argument("--max-groups", type=int, default=None, help="evaluate at most N groups per set (seeded)")
-    p.add_argument("--seed", type=int, default=None, help="seed for subsets and the bootstrap (default 0)")
-    p.add_argument("--correctness", default=None,
-                   help="auto|prefix|contains|exact (default auto: contains for chat-rendered prompts, else prefix)")
-    p.add_argument("--strict", action="store_true", help="error on prompts longer than the context instead of skipping")
+    # Every evaluation option, its help and its default come from SAGOConfig's fields (declared once there).
+    add_dataclass_arguments(p, SAGOConfig, flags={"stop_strings": "--stop"})
     p.add_argument("--dtype", default=None, help="float32|bfloat16|float16 (default: the model's)")
     p.add_argument("--device", default=None, help="cpu|cuda|cuda:N (default: cuda if available)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code (off by default)")
@@ -53,20 +38,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> SAGOConfig:
-    options: dict[str, Any] = {}
-    if args.axes is not None:
-        options["axes"] = args.axes
-    if args.layers is not None:
-        options["layers"] = parse_int_list(args.layers, "layers")
-    for name in ("pooling", "similarity", "embedding_model", "max_new_tokens", "batch_size", "max_groups", "seed",
-                 "correctness", "chat_template"):
-        value = getattr(args, name)
-        if value is not None:
-            options[name] = value
-    if args.stop:
-        options["stop_strings"] = [_unescape(s) for s in args.stop]
-    options["strict"] = bool(args.strict)
-    return SAGOConfig(**options)
+    return SAGOConfig(**dataclass_options(args, SAGOConfig, convert={
+        "axes": ",".join,  # --axes a,b and --axes a --axes b
+        "layers": lambda text: parse_int_list(text, "layers"),
+        "stop_strings": lambda values: [_unescape(v) for v in values],
+    }))
 
 
 def _unescape(text: str) -> str:

@@ -46,8 +46,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from rich.console import Console
 
-    from ..results.store import claim_history
     from ..io import acquire_run_lock, check_output_dir, release_run_lock
+    from ..results.store import claim_history
     from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
     from .runner import build_trainer, dry_run, save_resolved
 

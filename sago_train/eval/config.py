@@ -4,6 +4,7 @@ Trainer callback. Documented once, here."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,10 @@ from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
 
 #: How string variants are fed to the model (SPEC "Chat rendering").
 CHAT_TEMPLATE_MODES = ("auto", "always", "never")
+#: Where the activation axes read a prompt's hidden state (SPEC "activation").
+PROMPT_POOLINGS = ("last", "mean")
+#: Sequences per forward/generate batch, the one default (the extractor's too).
+DEFAULT_BATCH_SIZE = 32
 
 
 @dataclass
@@ -35,8 +40,13 @@ class SAGOConfig:
         metadata={"help": "Decoder blocks for the activation axis (0-based, negatives from the end). "
                   "Default: 4 evenly spaced blocks ending with the last."},
     )
-    pooling: str = field(
-        default="last", metadata={"help": "Hidden-state pooling: 'last' prompt token or 'mean' over prompt tokens."}
+    prompt_pooling: str = field(
+        default="last",
+        metadata={"help": "Hidden-state pooling for the activation axes: the 'last' prompt token or the 'mean' over "
+                  "prompt tokens.", "choices": PROMPT_POOLINGS},
+    )
+    pooling: str | None = field(
+        default=None, metadata={"help": "Deprecated name of prompt_pooling."}
     )
     similarity: str = field(
         default="token_f1", metadata={"help": "Similarity for the generation axis: exact, token_f1 or embedding."}
@@ -48,16 +58,18 @@ class SAGOConfig:
     max_new_tokens: int = field(default=32, metadata={"help": "Greedy generation length."})
     stop_strings: list[str] = field(
         default_factory=list,
-        metadata={"help": "Strings that end a generation (in addition to EOS); the output is cut before them."},
+        metadata={"help": "Strings that end a generation (in addition to EOS); the output is cut before them. On "
+                  "the command line: repeat --stop; backslash escapes such as '\\n' are read."},
     )
     chat_template: str = field(
         default="auto",
         metadata={"help": "How string variants are fed: 'always' renders each as one user message with the "
                   "tokenizer's chat template and the generation prompt; 'never' feeds the string as it is; "
                   "'auto' = 'always' when the tokenizer's chat template marks turns with special tokens (an "
-                  "instruct model's template), else 'never'. Message-list variants are always rendered."},
+                  "instruct model's template), else 'never'. Message-list variants are always rendered.",
+                  "choices": CHAT_TEMPLATE_MODES},
     )
-    batch_size: int = field(default=32, metadata={"help": "Sequences per forward/generate batch."})
+    batch_size: int = field(default=DEFAULT_BATCH_SIZE, metadata={"help": "Sequences per forward/generate batch."})
     max_groups: int | None = field(
         default=None,
         metadata={"help": "Cap on groups per set and evaluation (a seeded subset, the same at every evaluation)."},
@@ -78,8 +90,12 @@ class SAGOConfig:
         self.axes = parse_axes(self.axes)
         if isinstance(self.layers, str):
             self.layers = parse_int_list(self.layers, "layers")
-        if self.pooling not in ("last", "mean"):
-            raise unknown_name_error("pooling", self.pooling, ("last", "mean"), key="pooling")
+        if self.pooling is not None:
+            warnings.warn("SAGOConfig(pooling=...) is deprecated: use prompt_pooling (the stability loss has its own "
+                          "act_pooling)", DeprecationWarning, stacklevel=3)
+            self.prompt_pooling, self.pooling = self.pooling, None
+        if self.prompt_pooling not in PROMPT_POOLINGS:
+            raise unknown_name_error("prompt_pooling", self.prompt_pooling, PROMPT_POOLINGS, key="prompt_pooling")
         if self.similarity not in SIMILARITIES:
             raise unknown_name_error("similarity", self.similarity, SIMILARITIES, key="similarity")
         if isinstance(self.stop_strings, str):
@@ -110,7 +126,8 @@ class SAGOConfig:
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The settings, without deprecated aliases (already folded into their new names)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "pooling"}
 
 
 def parse_int_list(text: str, key: str) -> list[int]:

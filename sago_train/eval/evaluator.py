@@ -242,7 +242,7 @@ class SAGOEvaluator:
             self.model,
             tok,
             layers=self.layers if "hidden" in self.needs else [],
-            pooling=cfg.pooling,
+            pooling=cfg.prompt_pooling,
             batch_size=cfg.batch_size,
             max_new_tokens=cfg.max_new_tokens,
             stop_strings=cfg.stop_strings,

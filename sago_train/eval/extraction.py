@@ -24,6 +24,7 @@ from torch import nn
 from ..data.groups import Variant
 from ..errors import SagoInputError
 from ..model.layers import block_output, get_decoder_layers
+from .config import DEFAULT_BATCH_SIZE
 
 
 def pad_id_of(tokenizer: Any) -> int:
@@ -205,7 +206,7 @@ class Extractor:
         *,
         layers: Sequence[int] = (),
         pooling: str = "last",
-        batch_size: int = 16,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         max_new_tokens: int = 32,
         stop_strings: Sequence[str] = (),
         progress: Callable[[int], None] | None = None,

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..functional import findings, stats
+from ..functional import findings, relations, stats
 from ..functional.axes import correctness_summary, in_instability
 from ..version import __version__
 from .store import write_eval_dir
@@ -86,14 +86,14 @@ class SetResult:
         )
         correct = [g.correct for g in self.groups if g.correct is not None]
         self.correctness = correctness_summary(correct, self.kinds)
-        self.kind_effects: dict[str, stats.KindEffect] = {}
+        self.kind_effects: dict[str, relations.KindEffect] = {}
         if self.kinds is not None and self.groups:
             for a in self.axes:
                 per_variant = np.array([g.per_variant[a] for g in self.groups], dtype=float)
-                self.kind_effects[a] = stats.kind_effect(per_variant, self.kinds)
+                self.kind_effects[a] = relations.kind_effect(per_variant, self.kinds)
             if correct and len(correct) == len(self.groups):
-                self.kind_effects["correct"] = stats.kind_effect(np.array(correct, dtype=float), self.kinds)
-        self.correlation = stats.axis_correlation({a: self.values(a) for a in self.axes})
+                self.kind_effects["correct"] = relations.kind_effect(np.array(correct, dtype=float), self.kinds)
+        self.correlation = relations.axis_correlation({a: self.values(a) for a in self.axes})
         self.reliability = {a: findings.split_half_reliability(*self.half_values(a), n_permutations=self.n_bootstrap,
                                                                seed=self.seed) for a in self.axes}
 
@@ -159,10 +159,10 @@ class EvalResult:
     def all_values(self, axis: str) -> np.ndarray:
         return np.concatenate([s.values(axis) for s in self.sets.values()]) if self.sets else np.array([])
 
-    def axis_correlation(self) -> stats.Correlation:
+    def axis_correlation(self) -> relations.Correlation:
         """Spearman correlation of per-group axis values over the groups of every set (pooled: descriptive
         only; the finding "axes are distinct" is tested per set by :meth:`axis_relations`)."""
-        return stats.axis_correlation({a: self.all_values(a) for a in self.axes})
+        return relations.axis_correlation({a: self.all_values(a) for a in self.axes})
 
     def axis_relations(self, alpha: float = findings.ALPHA) -> list[findings.Relation]:
         """Finding 2 per set (never pooled): Spearman with a bootstrap CI, Holm-corrected over every set and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -86,9 +87,13 @@ class StabilityConfig:
             "spaced blocks ending with the last."
         },
     )
-    pooling: str = field(
+    act_pooling: str = field(
         default="target",
-        metadata={"help": "'target': mean over the shared target tokens; 'last': the last prompt token."},
+        metadata={"help": "Hidden-state pooling for L_act: 'target' = mean over the shared target tokens; 'last' = "
+                  "the last prompt token."},
+    )
+    pooling: Optional[str] = field(  # noqa: UP045 - HfArgumentParser reads Optional[...]
+        default=None, metadata={"help": "Deprecated name of act_pooling."}
     )
     warmup_steps: int = field(
         default=0,
@@ -107,7 +112,11 @@ class StabilityConfig:
         self.temperature = _check_weight("temperature", self.temperature)
         if self.temperature == 0:
             raise SagoInputError("expected a temperature > 0, got 0", key="temperature")
-        self.pooling = _check_choice("pooling", self.pooling, POOLINGS)
+        if self.pooling is not None:
+            warnings.warn("StabilityConfig(pooling=...) is deprecated: use act_pooling (evaluation has its own "
+                          "prompt_pooling)", DeprecationWarning, stacklevel=3)
+            self.act_pooling, self.pooling = _check_choice("pooling", self.pooling, POOLINGS), None
+        self.act_pooling = _check_choice("act_pooling", self.act_pooling, POOLINGS)
         self.task_loss_variants = _check_choice("task_loss_variants", self.task_loss_variants, TASK_LOSS_VARIANTS)
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise SagoInputError(f"expected an integer >= 0, got {self.warmup_steps!r}", key="warmup_steps")

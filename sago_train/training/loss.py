@@ -203,7 +203,7 @@ class StabilityLoss:
         with torch.autocast(device_type=layout.order.device.type, enabled=False):
             if self.layers:
                 per_layer = [
-                    self._activation(pool_hidden(capture.hidden[layer], layout, cfg.pooling), layout)
+                    self._activation(pool_hidden(capture.hidden[layer], layout, cfg.act_pooling), layout)
                     for layer in self.layers
                 ]
                 out.act = torch.stack(per_layer).mean()
