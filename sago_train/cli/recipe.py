@@ -294,7 +294,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     early = None
     if data.get("early_stopping") is not None:
         early = _build(EarlyStoppingSection, "early_stopping", data.get("early_stopping"), source)
-        from ..integrations.early_stopping import SAGOEarlyStoppingCallback
+        from ..integrations.early_stopping import SAGOEarlyStoppingCallback, check_target
 
         try:
             SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
@@ -303,17 +303,12 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
                                  line=getattr(data.get("early_stopping"), "lines", {}).get(err.key or "")) from None
         # Early stopping acts on SAGO evaluations: what it watches must be monitored and computed.
         stopper = SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
-        es_line = getattr(data.get("early_stopping"), "lines", {}).get("metric")
-        if stopper.set_name not in monitor.sets:
-            raise SagoInputError(
-                f"early stopping watches set {short_repr(stopper.set_name)}, which is not in monitor.sets "
-                f"({', '.join(monitor.sets) or 'none'}){did_you_mean(stopper.set_name, list(monitor.sets))}",
-                source=source, key="early_stopping.metric", line=es_line)
-        if stopper.axis not in [*monitor_config.axes, "instability"]:
-            raise SagoInputError(
-                f"early stopping watches axis {short_repr(stopper.axis)}, which is not computed (axes: "
-                f"{', '.join(monitor_config.axes)}, instability)", source=source, key="early_stopping.metric",
-                line=es_line)
+        try:
+            check_target(stopper.set_name, stopper.axis, monitor.sets, [*monitor_config.axes, "instability"],
+                         not_in="in monitor.sets")
+        except SagoInputError as err:
+            raise SagoInputError(err.message, source=source, key="early_stopping.metric",
+                                 line=getattr(data.get("early_stopping"), "lines", {}).get("metric")) from None
     training = data.get("training") or {}
     if not isinstance(training, dict):
         raise SagoInputError("expected a mapping for section 'training'", source=source, key="training")

@@ -73,7 +73,7 @@ def validate_groups(
     """Check every training group (``{variants, target}``) up front, naming the file and line, so that a bad
     record fails before the model loads instead of in the collator in the middle of training. With
     ``batch_size > 1`` groups are batched together, so they must all have the same number of variants."""
-    from ..training.collator import _group_of
+    from ..training.collator import group_of
 
     first: tuple[int, int | None] | None = None  # (K, line) of the first group
     for i, rec in enumerate(records):
@@ -85,7 +85,7 @@ def validate_groups(
         if "id" in rec:
             where += f" '{rec['id']}'"
         try:
-            group, target = _group_of(rec, i, label=where)
+            group, target = group_of(rec, i, label=where)
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, line=line, key=err.key, hint=err.hint) from None
         long_variant = too_long_variant(group)

@@ -374,5 +374,4 @@ def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:
         hidden=g.hidden[idx] if g.hidden is not None else None,
         logprobs=g.logprobs[idx] if g.logprobs is not None else None,
         similarity=g.similarity,
-        options=g.options,
     )

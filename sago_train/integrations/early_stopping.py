@@ -11,7 +11,7 @@ import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
-from ..errors import SagoInputError
+from ..errors import SagoInputError, did_you_mean, short_repr
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import Evaluation
 from .monitor import is_improvement, paired_regression
@@ -34,16 +34,17 @@ def parse_metric(metric: str) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
-def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str]) -> None:
-    """Early stopping must watch a monitored set and a computed axis: the one check, run before training (by
-    :class:`SAGOCallback`) and on every evaluation."""
+def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str], *,
+                 not_in: str = "monitored") -> None:
+    """Early stopping must watch a monitored set and a computed axis: the one check, run by a recipe, before
+    training (by :class:`SAGOCallback`) and on every evaluation. ``axes`` includes ``instability``."""
     sets, axes = list(sets), list(axes)
     if set_name is not None and set_name not in sets:
-        raise SagoInputError(f"early stopping watches set '{set_name}', which is not monitored; monitored "
-                             f"sets: {', '.join(sets)}", key="metric")
+        raise SagoInputError(f"early stopping watches set {short_repr(set_name)}, which is not {not_in} "
+                             f"({', '.join(sets) or 'none'}){did_you_mean(set_name, sets)}", key="metric")
     if axis is not None and axis not in axes:
-        raise SagoInputError(f"early stopping watches axis '{axis}', which is not computed; computed: "
-                             f"{', '.join(axes)}", key="metric")
+        raise SagoInputError(f"early stopping watches axis {short_repr(axis)}, which is not computed (axes: "
+                             f"{', '.join(axes)})", key="metric")
 
 
 class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):

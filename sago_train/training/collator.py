@@ -32,7 +32,7 @@ GROUP_KEYS = ("group_index", "variant_index", "canonical_index", "prompt_length"
 ITEM_COLUMNS = ("id", "variants", "target", "reference", "canonical", "kinds", "meta")
 
 
-def _group_of(item: Any, index: int, label: str | None = None) -> tuple[VariantGroup, str]:
+def group_of(item: Any, index: int, label: str | None = None) -> tuple[VariantGroup, str]:
     """Validate one item and return it as a group plus its target text (``label`` names it in errors)."""
     if isinstance(item, VariantGroup):
         if item.reference is None:
@@ -134,7 +134,7 @@ class VariantGroupCollator:
     def __call__(self, items: Sequence[Any]) -> dict[str, torch.Tensor]:
         if len(items) == 0:
             raise SagoInputError("cannot collate an empty batch of variant groups")
-        groups = [_group_of(item, i) for i, item in enumerate(items)]
+        groups = [group_of(item, i) for i, item in enumerate(items)]
         k = groups[0][0].k
         for i, (group, _) in enumerate(groups):
             if group.k != k:

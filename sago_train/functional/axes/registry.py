@@ -22,7 +22,6 @@ class GroupInputs:
     hidden: Any = None  # torch.Tensor [K, L, H] float32
     logprobs: Any = None  # torch.Tensor [K] mean log-probability of r per variant
     similarity: Callable[[list[str]], Any] | None = None  # texts -> [K, K] similarity matrix
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
