@@ -37,7 +37,7 @@ def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4) -> 
 
     from sago_train.training.loss import StabilityConfig
     from sago_train.training.trainer import StabilityTrainer
-    from tests._tiny import make_llama, make_tokenizer, tiny_groups
+    from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
 
     class Recorder(TrainerCallback):
         def __init__(self) -> None:

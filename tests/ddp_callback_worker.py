@@ -13,7 +13,7 @@ import sys
 from sago_train import SAGOCallback
 from sago_train.integrations.monitor import MonitorState
 
-from ._trainer import make_trainer, variant_set
+from ._helpers.trainer import make_trainer, variant_set
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 from sago_train.training.loss import StabilityConfig
 from sago_train.training.trainer import StabilityTrainer
-from tests._tiny import make_llama, make_tokenizer, tiny_groups
+from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
 
 
 class Recorder(TrainerCallback):

@@ -20,7 +20,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
 
-from ._trainer import make_trainer, variant_set
+from ._helpers.trainer import make_trainer, variant_set
 
 
 def die() -> None:

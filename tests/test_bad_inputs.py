@@ -1,6 +1,6 @@
-"""The bad-input corpus (tests/data/bad/): every file gets one clear error line, never a traceback.
+"""The bad-input corpus (tests/fixtures/bad/): every file gets one clear error line, never a traceback.
 
-Data-driven from ``tests/data/bad/EXPECTED.yaml``: each file goes through (a) the CLI in-process
+Data-driven from ``tests/fixtures/bad/EXPECTED.yaml``: each file goes through (a) the CLI in-process
 (exit code 2, exactly one stderr line ``sago-train <cmd>: error: ...`` naming the file, line and field) and
 (b) the Python API (``SagoInputError`` with the same text), or is accepted where the SPEC accepts it. A few
 cases also run in a real subprocess, with a timeout, to prove that no traceback reaches the terminal.
@@ -31,7 +31,7 @@ from sago_train.errors import SagoInputError
 from sago_train.model.tiny import tiny_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
-BAD = Path(__file__).resolve().parent / "data" / "bad"
+BAD = Path(__file__).resolve().parent / "fixtures" / "bad"
 MANIFEST: dict[str, dict[str, Any]] = yaml.safe_load((BAD / "EXPECTED.yaml").read_text(encoding="utf-8"))
 ENTRIES = {"set": "eval", "recipe": "run", "groups": "run", "examples": "variants"}  # entry -> CLI command
 CALL_LIMIT_S = 60  # one in-process call; a hang fails the test instead of stalling the suite
@@ -152,7 +152,7 @@ def test_corpus_is_large_enough_and_fully_covered() -> None:
     files = corpus_files()
     assert len(files) >= 30, f"the bad-input corpus has only {len(files)} files"
     missing = sorted(set(files) - set(MANIFEST))
-    assert not missing, f"files in tests/data/bad/ without an entry in EXPECTED.yaml: {missing}"
+    assert not missing, f"files in tests/fixtures/bad/ without an entry in EXPECTED.yaml: {missing}"
     stale = sorted(set(MANIFEST) - set(files))
     assert not stale, f"EXPECTED.yaml entries without a file: {stale}"
     for name, spec in MANIFEST.items():
@@ -239,7 +239,7 @@ def test_subprocess_huge_line_strict(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ issue 12: bounded input, outputs checked first
 # Each case through the CLI in-process, the Python API, and a subprocess under a 2 GiB address-space limit
-# (tests/_limited.py): one error line, exit code 2, < 10 CPU seconds, peak RSS < 2 GiB.
+# (tests/_helpers/limited.py): one error line, exit code 2, < 10 CPU seconds, peak RSS < 2 GiB.
 ISSUE_12_CORPUS = [
     "recipe_billion_laughs_name.yaml", "recipe_billion_laughs_description.yaml", "recipe_billion_laughs_trainer.yaml",
     "recipe_billion_laughs_max_steps.yaml", "recipe_lora_r_zero.yaml", "recipe_lora_target_modules_int.yaml",
@@ -252,7 +252,7 @@ ISSUE_12_CORPUS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ISSUE_12_CORPUS)
 def test_issue_12_corpus_in_a_limited_subprocess(name: str, tmp_path: Path) -> None:
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     spec = MANIFEST[name]
     res = run_cli_limited(cli_argv(name, spec["entry"], tmp_path))
@@ -290,7 +290,7 @@ UNREADABLE = ["dev_zero", "fifo_without_writer", "directory", "sparse_200mb", "l
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
 @pytest.mark.parametrize("kind", UNREADABLE)
 def test_unreadable_set_is_refused_before_reading(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     path, expected = _unreadable(kind, tmp_path)
     argv = ["eval", "--set", f"s={path}", "--quiet", "--axes", "activation", "--max-new-tokens", "2"]
@@ -328,7 +328,7 @@ def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, c
     from sago_train import SAGOEvaluator
     from sago_train.eval.evaluator import SKIP_TOO_MANY_CHARS
 
-    from ._limited import assert_bounded, run_cli_limited
+    from ._helpers.limited import assert_bounded, run_cli_limited
 
     path = _write_50mb_variant_set(tmp_path)
     argv = ["eval", "--set", f"huge={path}", "--quiet", "--axes", "activation", "--max-new-tokens", "2"]
@@ -365,7 +365,7 @@ def test_out_naming_a_file_fails_before_the_model_loads(tmp_path: Path, capsys: 
     from sago_train.eval import evaluator
     from sago_train.io import check_output_dir
 
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     existing = tmp_path / "results"
     existing.write_text("not a directory")
@@ -390,7 +390,7 @@ def test_adapter_config_without_a_base_model(config: str, tmp_path: Path, capsys
     """Issue 12 case 5: {} was a KeyError traceback; null a misleading 'couldn't connect to huggingface.co'."""
     from sago_train.model.loading import load_model_and_tokenizer
 
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -407,11 +407,11 @@ def test_run_name_option_cannot_leave_the_runs_folder(tmp_path: Path, capsys: py
     """Issue 12 case 6 through --name (recipe_name_escapes.yaml covers the recipe's name:)."""
     from sago_train.cli.recipe import validate_run_name
 
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     work = tmp_path / "a" / "b" / "c" / "d"
     work.mkdir(parents=True)
-    recipe = ROOT / "tests" / "data" / "bad" / "recipe_data_limit_zero.yaml"
+    recipe = ROOT / "tests" / "fixtures" / "bad" / "recipe_data_limit_zero.yaml"
     argv = ["run", str(recipe), "--name", "../../../../x", "--training.max_steps", "1"]
     cwd = Path.cwd()
     os.chdir(work)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ._proc import run as run_proc
+from ._helpers.proc import run as run_proc
 
 pytestmark = pytest.mark.slow
 

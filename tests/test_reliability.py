@@ -17,8 +17,8 @@ import torch
 from sago_train import SAGOCallback, SAGOEvaluator
 from sago_train.data import bundled_sets
 
-from ._proc import run as run_proc
-from ._trainer import make_trainer, variant_set
+from ._helpers.proc import run as run_proc
+from ._helpers.trainer import make_trainer, variant_set
 
 pytestmark = pytest.mark.slow
 FAST = dict(max_new_tokens=3, n_bootstrap=200)
@@ -270,7 +270,7 @@ def _small_recipe(tmp_path: Path) -> Path:
 def test_second_process_is_refused_while_the_first_holds_the_directory(tmp_path, caplog):
     from sago_train.errors import SagoInputError
 
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     holder = _hold_lock(tmp_path / "sago")
     try:
@@ -315,7 +315,7 @@ def test_fresh_run_cannot_replace_another_runs_history(tmp_path):
 def test_cli_refuses_a_fresh_run_over_history_before_loading_the_model(tmp_path, capsys):
     from sago_train.cli.main import main
 
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     recipe, out = _small_recipe(tmp_path), tmp_path / "out"
     assert main(["run", str(recipe), "--output-dir", str(out)]) == 0
@@ -335,7 +335,7 @@ def test_cli_refuses_a_fresh_run_over_history_before_loading_the_model(tmp_path,
 def _trainer_without_processing_class(out: Path, callback: SAGOCallback, **kwargs):
     from transformers import Trainer, TrainingArguments
 
-    from ._trainer import train_dataset
+    from ._helpers.trainer import train_dataset
     from .conftest import make_byte_tokenizer, make_tiny_model
 
     args = TrainingArguments(output_dir=str(out), max_steps=2, per_device_train_batch_size=8, report_to=[],
@@ -387,7 +387,7 @@ def test_two_training_processes_on_one_directory(tmp_path):
     import subprocess
     import time
 
-    from ._limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import assert_one_error_line, run_cli_limited
 
     recipe, out = _small_recipe(tmp_path), tmp_path / "out"
     # Long enough (~50 evaluations) that the second process starts and checks while the first still trains.

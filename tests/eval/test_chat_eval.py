@@ -18,10 +18,10 @@ from sago_train.errors import SagoInputError
 from sago_train.eval.extraction import Extractor, encode_variant, resolve_chat_template
 from sago_train.threads import planned_threads
 
-from .conftest import make_byte_tokenizer
-from .test_evaluator import TOL, reference_group
+from .._helpers.evaluator_ref import TOL, reference_group
+from ..conftest import make_byte_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # A template that marks turns with special tokens, as instruct models' templates do.
 SPECIAL_TEMPLATE = (
     "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"

@@ -10,7 +10,7 @@ import pytest
 from sago_train.analysis.compare import compare_evaluations, load_evaluation, load_sources, parse_spec
 from sago_train.cli.main import main
 
-from .test_report import axis_values, run_cli, write_eval_dir, write_run_dir
+from .._helpers.results_dirs import axis_values, run_cli, write_eval_dir, write_run_dir
 
 
 def _const(n: int, **axes: float) -> dict[str, list[float]]:

@@ -11,6 +11,8 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 from sago_train import SAGOEarlyStoppingCallback, SagoInputError
 from sago_train.results.evaluation import Evaluation
 
+from .._helpers.trainer import drifting_trainer
+
 
 def snap(step: int, values, set_name="s", axis="activation") -> Evaluation:
     values = [float(v) for v in values]
@@ -98,11 +100,9 @@ def test_state_round_trips_through_json_like_transformers_restores_it():
 
 @pytest.mark.slow
 def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
-    from .test_callback import _drifting_trainer
-
     out = tmp_path / "run"
     stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=50)
-    tr = _drifting_trainer(out, 0.12, stopper)
+    tr = drifting_trainer(out, 0.12, stopper)
     tr.args.save_strategy = "steps"
     tr.args.save_steps = 4
     tr.train()
@@ -113,7 +113,7 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
     assert counter_at_4 >= 2  # the drift made steps 1..4 worse than the best
 
     stopper2 = SAGOEarlyStoppingCallback("sago/num/activation", patience=50)
-    tr2 = _drifting_trainer(out, 0.12, stopper2)
+    tr2 = drifting_trainer(out, 0.12, stopper2)
     tr2.args.save_strategy = "no"
     seen = {}
 

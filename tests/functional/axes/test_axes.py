@@ -762,13 +762,13 @@ def test_register_axis_rejects_unknown_needs():
 
 
 def test_correctness_on_recorded_real_model_outputs():
-    """Outputs of sago://smollm2-135m-instruct (tests/data/real_outputs.jsonl, re-checked against the model by
-    the slow tests/test_real_model.py), labelled right/wrong by hand: ``contains`` (the chat default) agrees
+    """Outputs of sago://smollm2-135m-instruct (tests/fixtures/real_outputs.jsonl, re-checked against the model by
+    the slow tests/model/test_real.py), labelled right/wrong by hand: ``contains`` (the chat default) agrees
     with every label; ``prefix`` calls the sentence answers wrong."""
     import json
     from pathlib import Path
 
-    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "real_outputs.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (Path(__file__).resolve().parents[2] / "fixtures" / "real_outputs.jsonl").read_text().splitlines()]
     assert len(rows) >= 8 and {r["correct"] for r in rows} == {True, False}
     for row in rows:
         assert is_correct(row["output"], row["reference"], "contains") is row["correct"], row["id"]

@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
 
-from ._trainer import make_trainer, variant_set
+from .._helpers.trainer import Drift, drifting_trainer, make_trainer, variant_set
 
 pytestmark = pytest.mark.slow
 FAST = dict(max_new_tokens=3, n_bootstrap=200)
@@ -139,7 +139,7 @@ def test_sft_trainer(tmp_path):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
-    from .conftest import make_byte_tokenizer, make_tiny_model
+    from ..conftest import make_byte_tokenizer, make_tiny_model
 
     tok = make_byte_tokenizer()
     ds = Dataset.from_dict({"prompt": [f"The number {i} is" for i in range(32)],
@@ -157,7 +157,7 @@ def test_sft_trainer(tmp_path):
 
 def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
-    from ._wandb_reader import history_rows
+    from .._helpers.wandb_reader import history_rows
 
     wandb.finish()  # another test in this process may have left a run open; the Trainer would reuse it
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -275,36 +275,11 @@ def test_resume_has_every_evaluation_once(tmp_path):
     assert hist[2]["compare"]["num"]["activation"]["vs_baseline"]["step"] == 0
 
 
-class _Drift(TrainerCallback):
-    """A crafted regression: a hook on block 0 adds a vector shared by every input, which makes the variants'
-    hidden states similar; it shrinks at every step (no training), so activation instability rises."""
-
-    def __init__(self, model, shrink_per_step: float):
-        self.weight = 1.0
-        self.shrink = shrink_per_step
-        torch.manual_seed(123)
-        self.common = 20.0 * torch.randn(32)
-        model.model.layers[0].register_forward_hook(self._hook)
-
-    def _hook(self, module, inputs, output):
-        h = output[0] if isinstance(output, tuple) else output
-        h = h + self.weight * self.common
-        return (h, *output[1:]) if isinstance(output, tuple) else h
-
-    def on_step_end(self, args, state, control, **kw):
-        self.weight = max(0.0, 1.0 - self.shrink * state.global_step)
-
-
-def _drifting_trainer(tmp_path, shrink, stopper):
-    cb = SAGOCallback(variant_set(n=16), eval_steps=1, axes="activation", layers=[0], **FAST)
-    tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=8, learning_rate=0.0)
-    tr.add_callback(_Drift(tr.model, shrink))
-    return tr
 
 
 def test_early_stopping_triggers_on_crafted_regression(tmp_path):
     stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, alpha=0.05)
-    tr = _drifting_trainer(tmp_path, 0.12, stopper)
+    tr = drifting_trainer(tmp_path, 0.12, stopper)
     tr.train()
     assert tr.state.global_step < 8
     assert stopper.stopped_step == tr.state.global_step and "worse than the best" in stopper.reason
@@ -330,7 +305,7 @@ class _Noise(TrainerCallback):
 def _noisy_trainer(tmp_path, stopper, sigma=3.0, steps=10):
     cb = SAGOCallback(variant_set(n=16), eval_steps=1, axes="activation", layers=[0], **FAST)
     tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=steps, learning_rate=0.0)
-    tr.add_callback(_Drift(tr.model, 0.0))  # a constant shared direction: activation well inside (0, 1)
+    tr.add_callback(Drift(tr.model, 0.0))  # a constant shared direction: activation well inside (0, 1)
     tr.add_callback(_Noise(tr.model, sigma))
     return tr
 
@@ -359,10 +334,10 @@ def test_torchrun_two_processes_history_equals_single(tmp_path):
     import os
     import sys
 
-    from ._proc import run as run_proc
+    from .._helpers.proc import run as run_proc
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "offline"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(Path(__file__).resolve().parents[2])
     single = run_proc([sys.executable, "-m", "tests.ddp_callback_worker", str(tmp_path / "one")], cwd=root, env=env)
     assert single.returncode == 0, single.stderr[-3000:]
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

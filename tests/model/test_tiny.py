@@ -15,7 +15,7 @@ from sago_train.data import VariantSet
 from sago_train.functional.text import words
 from sago_train.model.tiny import TINY_MODEL_PATH, load_tiny_model, tiny_model_path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "sago_train" / "assets"
 SET_NAMES = ("paraphrase", "format", "typo")
 # Measured when the shipped model was built (see assets/tiny-llama/README.md): canonical accuracy on the

@@ -32,7 +32,7 @@ from sago_train.data.generators import (
 from sago_train.data.groups import VariantSet
 from sago_train.errors import SagoInputError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 MC = [
     {

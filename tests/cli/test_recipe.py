@@ -24,9 +24,9 @@ from sago_train.data.groups import VariantSet
 from sago_train.errors import SagoInputError
 from sago_train.version import __version__
 
-from .conftest import make_byte_tokenizer, make_tiny_model
+from ..conftest import make_byte_tokenizer, make_tiny_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
 DEMO = RECIPES / "demo.yaml"
 BUILD_SETS = RECIPES / "data" / "build_sets.sh"

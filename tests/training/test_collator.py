@@ -8,7 +8,7 @@ import torch
 from sago_train.data import VariantGroup
 from sago_train.errors import SagoInputError
 from sago_train.training.collator import GROUP_KEYS, VariantGroupCollator, mask_non_canonical_labels
-from tests._tiny import make_tokenizer, tiny_groups
+from tests._helpers.tiny import make_tokenizer, tiny_groups
 
 
 @pytest.fixture(scope="module")

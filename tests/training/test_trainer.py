@@ -15,8 +15,8 @@ from sago_train.errors import SagoInputError
 from sago_train.training.collator import VariantGroupCollator
 from sago_train.training.loss import StabilityConfig, group_layout, split_batch
 from sago_train.training.trainer import StabilityTrainer
-from tests._proc import run as run_proc
-from tests._tiny import make_llama, make_tokenizer, tiny_groups
+from tests._helpers.proc import run as run_proc
+from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
 
 TERMS = ("sago_task_loss", "sago_act_loss", "sago_conf_loss")
 # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns).
@@ -219,7 +219,7 @@ def test_sft_trainer_runs_and_logs_the_terms(tmp_path, tok):
 @pytest.mark.slow
 def test_ddp_two_processes(tmp_path):
     """2-process CPU DDP (gloo) through torchrun: groups stay whole per rank, terms logged, weights in sync."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

@@ -13,7 +13,7 @@ from transformers import HfArgumentParser
 from sago_train.errors import SagoInputError
 from sago_train.training.collator import VariantGroupCollator
 from sago_train.training.loss import HiddenCapture, StabilityConfig, StabilityLoss, group_layout, split_batch
-from tests._tiny import make_llama, make_tokenizer, tiny_groups
+from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from transformers import TrainerCallback
+
+from sago_train import SAGOCallback
 from sago_train.data import VariantSet
 
-from .conftest import make_byte_tokenizer, make_tiny_model
+from ..conftest import make_byte_tokenizer, make_tiny_model
 
 SEQ = 24
 
@@ -52,4 +56,31 @@ def make_trainer(output_dir, *, callbacks=(), bind: bool = True, lora: bool = Fa
         for cb in callbacks:
             if hasattr(cb, "attach"):
                 cb.attach(tr)
+    return tr
+
+
+class Drift(TrainerCallback):
+    """A crafted regression: a hook on block 0 adds a vector shared by every input, which makes the variants'
+    hidden states similar; it shrinks at every step (no training), so activation instability rises."""
+
+    def __init__(self, model, shrink_per_step: float):
+        self.weight = 1.0
+        self.shrink = shrink_per_step
+        torch.manual_seed(123)
+        self.common = 20.0 * torch.randn(32)
+        model.model.layers[0].register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output):
+        h = output[0] if isinstance(output, tuple) else output
+        h = h + self.weight * self.common
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    def on_step_end(self, args, state, control, **kw):
+        self.weight = max(0.0, 1.0 - self.shrink * state.global_step)
+
+
+def drifting_trainer(tmp_path, shrink, stopper):
+    cb = SAGOCallback(variant_set(n=16), eval_steps=1, axes="activation", layers=[0], max_new_tokens=3, n_bootstrap=200)
+    tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=8, learning_rate=0.0)
+    tr.add_callback(Drift(tr.model, shrink))
     return tr

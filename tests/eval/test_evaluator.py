@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
-import unicodedata
-from collections import Counter
 
 import pytest
 import torch
@@ -15,96 +11,8 @@ from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
 from sago_train.errors import SagoInputError
 
-from .conftest import make_byte_tokenizer, make_tiny_model
-
-ARCHS = ["llama", "gpt2", "qwen2", "mistral", "gpt_neox"]
-TOL = 1e-4
-
-RECORDS = [
-    {"id": "a", "variants": ["What is the capital of France?", "france capital is which", "Name the capital of France."],
-     "kinds": ["canonical", "paraphrase", "typo"], "reference": " Paris"},
-    {"id": "b", "variants": ["Two plus two equals", "2 + 2 =", "what do you get adding two and two"],
-     "kinds": ["canonical", "paraphrase", "typo"]},
-    {"id": "c", "variants": ["The sky is", "Colour of the sky:", "the skyy is"],
-     "kinds": ["canonical", "paraphrase", "typo"], "reference": " blue"},
-    {"id": "d", "variants": ["Dogs say", "A dog goes", "dgos say"], "kinds": ["canonical", "paraphrase", "typo"]},
-]
-
-
-# ------------------------------------------------------------------ plain reference implementation
-def ref_normalize(s: str) -> str:
-    # SPEC: Unicode punctuation (categories P*) goes; symbols such as "+" and "=" (S*) stay.
-    s = s.lower()
-    s = "".join(ch for ch in s if not unicodedata.category(ch).startswith("P"))
-    return re.sub(r"\s+", " ", s).strip()
-
-
-def ref_f1(a: str, b: str) -> float:
-    ta, tb = ref_normalize(a).split(), ref_normalize(b).split()
-    if not ta and not tb:
-        return 1.0
-    if not ta or not tb:
-        return 0.0
-    common = sum((Counter(ta) & Counter(tb)).values())
-    if common == 0:
-        return 0.0
-    p, r = common / len(ta), common / len(tb)
-    return 2 * p * r / (p + r)
-
-
-def ref_generate(model, tok, ids: list[int], max_new: int, eos_id: int = 257, pad_id: int = 258) -> str:
-    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                         max_new_tokens=max_new, do_sample=False, pad_token_id=pad_id, eos_token_id=eos_id)
-    new = out[0, len(ids):].tolist()
-    if eos_id in new:
-        new = new[: new.index(eos_id)]
-    return tok.decode(new, skip_special_tokens=True)
-
-
-def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pooling: str = "last", *,
-                    encode=None, eos_id: int = 257, pad_id: int = 258) -> dict:
-    """One variant at a time; ``encode(variant) -> ids`` defaults to the tokenizer's plain encoding."""
-    prompts = [encode(v) if encode else tok(v)["input_ids"] for v in rec["variants"]]
-    outs = [ref_generate(model, tok, p, max_new, eos_id, pad_id) for p in prompts]
-    r = rec.get("reference") or outs[rec.get("canonical", 0)]
-    r_ids = tok(r, add_special_tokens=False)["input_ids"]
-    vecs, lps = [], []
-    with torch.no_grad():
-        for p in prompts:
-            o = model(torch.tensor([p]), output_hidden_states=True)
-            if pooling == "last":
-                vecs.append([o.hidden_states[layer + 1][0, -1].double() for layer in layers])
-            else:
-                vecs.append([o.hidden_states[layer + 1][0].double().mean(0) for layer in layers])
-            if r_ids:
-                logits = model(torch.tensor([p + r_ids])).logits[0].double()
-                logp = torch.log_softmax(logits, -1)
-                lps.append(sum(float(logp[len(p) - 1 + j, t]) for j, t in enumerate(r_ids)) / len(r_ids))
-    k = len(prompts)
-    pairs = list(itertools.combinations(range(k), 2))
-    per_layer = []
-    for li in range(len(layers)):
-        d = [1 - float(torch.nn.functional.cosine_similarity(vecs[i][li], vecs[j][li], dim=0)) for i, j in pairs]
-        per_layer.append(min(1.0, max(0.0, sum(d) / len(d))))  # each layer's value clipped to [0, 1]
-    out = {"activation": sum(per_layer) / len(per_layer)}
-    if lps:
-        ps = [math.exp(x) for x in lps]
-        out["confidence"] = sum(abs(ps[i] - ps[j]) for i, j in pairs) / len(pairs)
-    else:
-        out["confidence"] = math.nan
-    out["generation"] = 1 - sum(ref_f1(outs[i], outs[j]) for i, j in pairs) / len(pairs)
-    # mirroring
-    pw = [set(ref_normalize(v).split()) for v in rec["variants"]]
-    refw = set(ref_normalize(rec["reference"]).split()) if rec.get("reference") else set()
-    ms = []
-    for i in range(k):
-        uniq = pw[i] - set().union(*[pw[j] for j in range(k) if j != i]) - refw
-        yw = ref_normalize(outs[i]).split()
-        ms.append(sum(w in uniq for w in yw) / len(yw) if yw else 0.0)
-    out["mirroring"] = sum(ms) / k
-    out["_outputs"] = outs
-    out["_lps"] = lps
-    return out
+from .._helpers.evaluator_ref import ARCHS, RECORDS, TOL, ref_generate, reference_group
+from ..conftest import make_byte_tokenizer, make_tiny_model
 
 
 def _assert_close(got: float, want: float, what: str) -> None:

@@ -14,11 +14,11 @@ from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
 from sago_train.eval.extraction import encode_continuation, encode_variant, resolve_chat_template
 
-from .test_evaluator import TOL, reference_group
+from .._helpers.evaluator_ref import TOL, reference_group
 
 pytestmark = pytest.mark.slow
 
-OUTPUTS = Path(__file__).resolve().parent / "data" / "real_outputs.jsonl"
+OUTPUTS = Path(__file__).resolve().parents[1] / "fixtures" / "real_outputs.jsonl"
 GROUPS = [
     {"id": "fr", "variants": ["What is the capital of France?", "Which city is the capital city of France?",
                               "Question: What is the capital of France?\nAnswer:"], "reference": "Paris"},
@@ -75,7 +75,7 @@ def _recorded() -> list[dict]:
 
 
 def test_recorded_outputs_are_what_the_model_says(real_smollm):
-    """The correctness fixtures (tests/data/real_outputs.jsonl) are real outputs of this model."""
+    """The correctness fixtures (tests/fixtures/real_outputs.jsonl) are real outputs of this model."""
     model, tok = real_smollm
     rows = _recorded()[:3]
     vs = VariantSet.from_records(
