@@ -23,7 +23,6 @@ import torch
 
 from sago_train import SAGOEvaluator, VariantSet
 from sago_train.data import bundled_sets
-from sago_train.eval.extraction import encode_continuation, encode_variant, pad_batch, pad_id_of
 from sago_train.functional.axes import (
     activation_instability,
     confidence_instability,
@@ -32,6 +31,7 @@ from sago_train.functional.axes import (
 )
 from sago_train.functional.similarity import get_similarity
 from sago_train.model.layers import num_decoder_layers, resolve_layers
+from sago_train.model.tokenize import encode_continuation, encode_variant, pad_batch, pad_id_of
 
 
 def load_groups(n: int) -> VariantSet:

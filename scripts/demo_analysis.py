@@ -63,9 +63,10 @@ def hidden_vectors(run: Path, variant_set: Any, layers: Sequence[int] | None, po
     ``variant_set``, with the evaluator's encoding, layers and pooling; and the group ids."""
     import torch
 
-    from sago_train.eval.extraction import Extractor, encode_variant
+    from sago_train.eval.extraction import Extractor
     from sago_train.model.layers import get_decoder_layers, resolve_layers
     from sago_train.model.loading import load_model_and_tokenizer
+    from sago_train.model.tokenize import encode_variant
 
     model, tok = load_model_and_tokenizer(run, device="cpu")
     if tok.pad_token_id is None:

@@ -12,9 +12,8 @@ from ..errors import SagoInputError, unknown_name_error
 from ..functional.axes import DEFAULT_AXES, parse_axes
 from ..functional.axes.correctness import MATCH_MODES
 from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
+from ..model.tokenize import CHAT_TEMPLATE_MODES
 
-#: How string variants are fed to the model (SPEC "Chat rendering").
-CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 #: Where the activation axes read a prompt's hidden state (SPEC "activation").
 PROMPT_POOLINGS = ("last", "mean")
 #: Sequences per forward/generate batch, the one default (the extractor's too).

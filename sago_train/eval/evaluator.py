@@ -22,10 +22,11 @@ from ..functional.findings import split_halves
 from ..functional.similarity import get_similarity
 from ..limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
 from ..model.layers import num_decoder_layers, resolve_layers
+from ..model.tokenize import context_length, encode_continuation, encode_variant, resolve_chat_template
 from ..results.records import EvalResult, GroupResult, SetResult
 from .config import SAGOConfig
 from .degenerate import degenerate_warnings
-from .extraction import Extractor, context_length, encode_continuation, encode_variant, resolve_chat_template
+from .extraction import Extractor
 
 SKIP_TOO_LONG = "prompt longer than the model's context"
 SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"

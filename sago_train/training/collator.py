@@ -22,7 +22,7 @@ import torch
 
 from ..data.groups import Variant, VariantGroup
 from ..errors import SagoInputError
-from ..eval.extraction import encode_continuation, encode_variant, pad_id_of
+from ..model.tokenize import encode_continuation, encode_variant, pad_id_of
 
 # The per-row tensors the collator adds beside ``input_ids``/``attention_mask``/``labels``. The trainers
 # strip them before the model's forward. All are indexed by row, so a batch sliced along rows stays

@@ -15,7 +15,8 @@ from sago_train.data import VariantSet
 from sago_train.data.build import build_variant_set
 from sago_train.data.sources import bundled_set_paths, bundled_sets
 from sago_train.errors import SagoInputError
-from sago_train.eval.extraction import Extractor, encode_variant, resolve_chat_template
+from sago_train.eval.extraction import Extractor
+from sago_train.model.tokenize import encode_variant, resolve_chat_template
 from sago_train.threads import planned_threads
 
 from .._helpers.evaluator_ref import TOL, reference_group

@@ -12,7 +12,7 @@ import torch
 
 from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
-from sago_train.eval.extraction import encode_continuation, encode_variant, resolve_chat_template
+from sago_train.model.tokenize import encode_continuation, encode_variant, resolve_chat_template
 
 from .._helpers.evaluator_ref import TOL, reference_group
 
