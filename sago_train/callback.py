@@ -21,6 +21,7 @@ import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from . import distributed
+from .callback_setup import check_can_evaluate, claim_run_dir, find_tokenizer
 from .config import SAGOConfig
 from .data.groups import SetsLike, resolve_sets
 from .evaluator import SAGOEvaluator
@@ -135,6 +136,13 @@ class SAGOCallback(TrainerCallback):
         guard_reporters: make the Trainer's reporting integrations fail softly (a W&B that cannot start or
             dies mid-run is logged and switched off instead of stopping training).
         log_unstable_groups: rows of the W&B table of the most unstable groups (0 disables it).
+        tokenizer: the tokenizer to evaluate with. Default: the Trainer's ``processing_class``, else its data
+            collator's ``tokenizer``; the one used is named once at train start.
+        overwrite: start a fresh (not resumed) run in an output directory that holds another run's SAGO history;
+            the old ``history.jsonl`` is kept beside it as ``history.jsonl.<time>.old``. Without it such a run is
+            refused at train start, so no history line is lost.
+        soft_failures: when the callback cannot evaluate at all (no model or tokenizer), log it and count every
+            skipped evaluation in ``failures`` instead of failing at train start.
         **options: evaluation options of ``sago-train eval`` (:class:`SAGOConfig` fields: ``axes``,
             ``layers``, ``pooling``, ``similarity``, ``max_new_tokens``, ``batch_size``, ``max_groups``, ``seed``...).
 
@@ -157,6 +165,9 @@ class SAGOCallback(TrainerCallback):
         log_unstable_groups: int = 10,
         evaluate_at_end: bool = True,
         config: SAGOConfig | None = None,
+        tokenizer: Any = None,
+        overwrite: bool = False,
+        soft_failures: bool = False,
         **options: Any,
     ) -> None:
         self.sets = resolve_sets(sets)
@@ -176,6 +187,11 @@ class SAGOCallback(TrainerCallback):
         self.guard_reporters = guard_reporters
         self.log_unstable_groups = log_unstable_groups
         self.evaluate_at_end = evaluate_at_end
+        self.tokenizer = tokenizer
+        self.overwrite = overwrite
+        self.soft_failures = soft_failures
+        self._cannot_evaluate: str | None = None  # why no evaluation can run (soft_failures), else None
+        self._locked: Path | None = None
         self.trainer: Any | None = None
         self.monitor: MonitorState | None = None
         self.last_result: EvalResult | None = None
@@ -220,13 +236,12 @@ class SAGOCallback(TrainerCallback):
         # Resuming replaces stateful callbacks (early stopping) with restored instances: find them afresh.
         self._listeners = []
         self._discover()
+        self._check_can_evaluate(kwargs)
         self.monitor = MonitorState(Path(args.output_dir) / "sago")
         resumed = state.global_step > 0
         main = distributed.is_main_process()
+        self._claim_output(resumed)
         self.monitor.load(state.global_step if resumed else None, write=main)
-        if not resumed and main and self.monitor.history_path.exists():
-            self.monitor.history = []
-            self.monitor._rewrite_history()
         self._done = {int(h["step"]): {} for h in self.monitor.history}
         self._check_listeners()
         self._own_cadence = self._cadence(args, state)
@@ -235,6 +250,26 @@ class SAGOCallback(TrainerCallback):
         self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
         if self.baseline and state.global_step not in self._done and not resumed:
             self._evaluate(args, state, control, kwargs)
+
+    def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
+        return find_tokenizer(self.tokenizer, kwargs, self.trainer)
+
+    def _check_can_evaluate(self, kwargs: dict[str, Any]) -> None:
+        """Fail at train start when no evaluation could ever run, instead of skipping each one silently."""
+        self._cannot_evaluate = check_can_evaluate(kwargs, self._find_tokenizer(kwargs),
+                                                   soft_failures=self.soft_failures)
+
+    def _claim_output(self, resumed: bool) -> None:
+        if self.monitor is not None:
+            self._locked = claim_run_dir(self.monitor.root, resumed=resumed, overwrite=self.overwrite,
+                                         locked=self._locked)
+
+    def _release_lock(self) -> None:
+        if self._locked is not None:
+            from .io import release_run_lock
+
+            release_run_lock(self._locked.parent)
+            self._locked = None
 
     def _check_listeners(self) -> None:
         """Early stopping must watch a monitored set and a computed axis: fail before training, not later."""
@@ -336,10 +371,13 @@ class SAGOCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         # Only a fallback: the final evaluation normally runs at the last step (see on_step_end); after
         # load_best_model_at_end the weights are the best checkpoint's, so measuring them here would mislabel.
-        if not self.evaluate_at_end or self.monitor is None or args.load_best_model_at_end:
-            return
-        if state.global_step not in self._done and state.global_step not in self._attempted:
-            self._evaluate(args, state, control, kwargs)
+        try:
+            if not self.evaluate_at_end or self.monitor is None or args.load_best_model_at_end:
+                return
+            if state.global_step not in self._done and state.global_step not in self._attempted:
+                self._evaluate(args, state, control, kwargs)
+        finally:
+            self._release_lock()
 
     # ------------------------------------------------------------------ evaluation
     def _progress(self, args: TrainingArguments, total: int) -> tuple[Callable[[int], None] | None, Any]:
@@ -374,11 +412,13 @@ class SAGOCallback(TrainerCallback):
     def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                   kwargs: dict[str, Any]) -> dict[str, float]:
         model = kwargs.get("model")
-        tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")
-        if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
-            tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping a tokenizer
+        tokenizer, _ = self._find_tokenizer(kwargs)
         if model is None or tokenizer is None or self.monitor is None:
-            logger.warning("sago: no model or tokenizer available to the callback; skipping evaluation")
+            # Only reachable with soft_failures=True (otherwise on_train_begin failed): counted, never silent.
+            reason = self._cannot_evaluate or "SAGOCallback has no model or tokenizer"
+            self._attempted.add(state.global_step)
+            self.failures.append({"step": state.global_step, "error": f"skipped: {reason}"})
+            logger.warning("sago: evaluation at step %d skipped: %s", state.global_step, reason)
             return {}
         start = time.perf_counter()
         self._attempted.add(state.global_step)
@@ -406,6 +446,9 @@ class SAGOCallback(TrainerCallback):
         compare = self.monitor.compare(snap, alpha_seed=self.config.seed)
         self.monitor.observe(snap)
         self.last_result = result
+        if distributed.is_main_process():
+            for note in result.warnings:  # degenerate outputs: empty or question-independent generations
+                logger.warning("sago: step %d: %s", state.global_step, note)
         metrics = result.metrics(prefix=PREFIX)
         for name, axes in compare.items():
             for axis, entry in axes.items():
@@ -434,6 +477,8 @@ class SAGOCallback(TrainerCallback):
             "baseline": self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step,
             "compare": compare,
             "correctness": {n: s.correctness for n, s in result.sets.items()},
+            "resolved": result.config.get("resolved"),
+            "warnings": list(result.warnings),
             "set_level": {n: s.set_level for n, s in result.sets.items() if s.set_level},
             "runtime_s": seconds,
         }

@@ -12,6 +12,9 @@ from .axes.correctness import MATCH_MODES
 from .errors import SagoInputError, unknown_name_error
 from .similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
 
+#: How string variants are fed to the model (SPEC "Chat rendering").
+CHAT_TEMPLATE_MODES = ("auto", "always", "never")
+
 
 @dataclass
 class SAGOConfig:
@@ -44,7 +47,15 @@ class SAGOConfig:
     )
     max_new_tokens: int = field(default=32, metadata={"help": "Greedy generation length."})
     stop_strings: list[str] = field(
-        default_factory=list, metadata={"help": "Strings that end a generation (in addition to EOS)."}
+        default_factory=list,
+        metadata={"help": "Strings that end a generation (in addition to EOS); the output is cut before them."},
+    )
+    chat_template: str = field(
+        default="auto",
+        metadata={"help": "How string variants are fed: 'always' renders each as one user message with the "
+                  "tokenizer's chat template and the generation prompt; 'never' feeds the string as it is; "
+                  "'auto' = 'always' when the tokenizer's chat template marks turns with special tokens (an "
+                  "instruct model's template), else 'never'. Message-list variants are always rendered."},
     )
     batch_size: int = field(default=32, metadata={"help": "Sequences per forward/generate batch."})
     max_groups: int | None = field(
@@ -54,7 +65,9 @@ class SAGOConfig:
     seed: int = field(default=0, metadata={"help": "Seed for the group subset and the bootstrap."})
     n_bootstrap: int = field(default=2000, metadata={"help": "Bootstrap resamples for confidence intervals."})
     correctness: str = field(
-        default="prefix", metadata={"help": "How an output matches the reference: prefix, exact or contains."}
+        default="auto",
+        metadata={"help": "How an output matches the reference: prefix, contains, exact, or 'auto' = 'contains' "
+                  "for chat-rendered prompts (answers are sentences) and 'prefix' for plain completions."},
     )
     strict: bool = field(
         default=False,
@@ -69,6 +82,11 @@ class SAGOConfig:
             raise unknown_name_error("pooling", self.pooling, ("last", "mean"), key="pooling")
         if self.similarity not in SIMILARITIES:
             raise unknown_name_error("similarity", self.similarity, SIMILARITIES, key="similarity")
+        if isinstance(self.stop_strings, str):
+            self.stop_strings = [self.stop_strings]
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise unknown_name_error("chat_template mode", self.chat_template, CHAT_TEMPLATE_MODES,
+                                     key="chat_template")
         if self.correctness not in MATCH_MODES:
             raise unknown_name_error("correctness mode", self.correctness, MATCH_MODES, key="correctness")
         for name in ("max_new_tokens", "batch_size", "n_bootstrap"):

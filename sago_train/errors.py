@@ -45,8 +45,13 @@ class SagoInputError(ValueError):
             where += ": "
         elif self.line is not None:
             where = f"line {self.line}: "
+        from .limits import MAX_ERROR_CHARS
+
         field = f"field '{self.key}': " if self.key is not None else ""
-        text = f"{where}{field}{self.message}"
+        message = self.message
+        if len(message) > MAX_ERROR_CHARS:  # a safety net: values should be quoted through short_repr
+            message = message[:MAX_ERROR_CHARS] + f"... ({len(self.message) - MAX_ERROR_CHARS:,} more characters)"
+        text = f"{where}{field}{message}"
         if self.hint:
             text += f" ({self.hint})"
         return text
@@ -65,3 +70,30 @@ def unknown_name_error(kind: str, name: str, choices: Iterable[str], **where: ob
         f"unknown {kind} '{name}'.{did_you_mean(name, choices)} Valid: {', '.join(choices)}",
         **where,  # type: ignore[arg-type]
     )
+
+
+def short_repr(value: object, limit: int | None = None) -> str:
+    """A repr of a user value for an error message, bounded in length and in the work it takes.
+
+    A YAML alias structure (a "billion laughs") expands exponentially when printed, and a 50 MB string makes
+    a 50 MB error line; every error message quotes user values through this helper instead of ``!r``.
+
+    Example:
+        >>> short_repr("x" * 1000, 12)
+        "'xxx...xxxx'"
+        >>> short_repr([[1, 2, 3, 4, 5, 6, 7, 8]] * 100)[:25]
+        '[[1, 2, 3, 4, 5, 6, ...],'
+    """
+    import reprlib
+
+    from .limits import MAX_REPR_CHARS
+
+    limit = MAX_REPR_CHARS if limit is None else limit
+    r = reprlib.Repr()
+    r.maxlevel, r.maxdict, r.maxlist, r.maxtuple, r.maxset = 3, 6, 6, 6, 6
+    r.maxstring, r.maxother, r.maxlong = max(8, limit), max(8, limit), 40
+    text = r.repr(value)
+    if len(text) <= limit:
+        return text
+    quote = text[0] if text[:1] in ("'", '"') else ""
+    return text[: max(1, limit - 3 - len(quote))] + "..." + quote

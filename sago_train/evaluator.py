@@ -14,17 +14,21 @@ from torch import nn
 
 from . import distributed
 from .axes import AxisValue, GroupInputs, add_partials, get_axis, variant_correct
+from .axes.correctness import resolve_match_mode
 from .config import SAGOConfig
-from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets
-from .errors import SagoInputError
-from .extraction import Extractor, context_length, encode_continuation, encode_variant
+from .data.groups import SetsLike, VariantGroup, VariantSet, resolve_sets, too_long_variant
+from .degenerate import degenerate_warnings
+from .errors import SagoInputError, short_repr
+from .extraction import Extractor, context_length, encode_continuation, encode_variant, resolve_chat_template
 from .findings import split_halves
 from .layers import num_decoder_layers, resolve_layers
+from .limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
 from .results import EvalResult, GroupResult, SetResult
 from .similarity import get_similarity
 
 SKIP_TOO_LONG = "prompt longer than the model's context"
 SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"
+SKIP_TOO_MANY_CHARS = f"a variant longer than {MAX_VARIANT_CHARS:,} characters"
 
 
 def _variant_text(variant: Any) -> str:
@@ -62,6 +66,8 @@ class SAGOEvaluator:
         self._layers: list[int] | None = None
         self._similarity: Callable | None = None
         self.model_name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+        #: How string variants are fed ("always"/"never"), resolved once from config.chat_template.
+        self.chat_template = resolve_chat_template(self.config.chat_template, tokenizer)
 
     @classmethod
     def from_pretrained(
@@ -109,9 +115,20 @@ class SAGOEvaluator:
     ) -> EvalResult:
         """Evaluate every set; under ``torch.distributed`` groups are sharded across ranks and gathered, so
         every rank returns the same full result."""
+        from .threads import configure_torch_threads
+
+        configure_torch_threads()
         resolved = resolve_sets(sets)
         results = {name: self._evaluate_set(vs, progress) for name, vs in resolved.items()}
-        return EvalResult(results, self.model_name, self.config.to_dict(), seed=self.config.seed)
+        config = self.config.to_dict()
+        # What "auto" became, so that every output says how prompts were fed and answers matched.
+        config["resolved"] = {
+            "chat_template": self.chat_template,
+            "correctness": {n: r.correctness.get("mode") for n, r in results.items() if r.correctness.get("n")},
+        }
+        result = EvalResult(results, self.model_name, config, seed=self.config.seed)
+        result.warnings = degenerate_warnings(result)
+        return result
 
     def count_sequences(self, sets: SetsLike) -> int:
         """How many sequences (variants x passes) an evaluation processes on this rank, for progress bars."""
@@ -161,7 +178,7 @@ class SAGOEvaluator:
                 if half_values:
                     g.halves[axis.name] = [axis.set_level.finalize(h, total).value for h in half_values]
         groups = [g for _, g, _ in gathered]
-        return SetResult(
+        out = SetResult(
             vs.name,
             list(cfg.axes),
             groups,
@@ -171,6 +188,12 @@ class SAGOEvaluator:
             n_bootstrap=cfg.n_bootstrap,
             set_level=set_level,
         )
+        if out.correctness.get("n"):
+            out.correctness["mode"] = "+".join(sorted({self._match_mode(v) for g in vs.groups for v in g.variants}))
+        return out
+
+    def _match_mode(self, variant: Any) -> str:
+        return resolve_match_mode(self.config.correctness, self.chat_template == "always" or not isinstance(variant, str))
 
     def _evaluate_groups(
         self,
@@ -181,22 +204,31 @@ class SAGOEvaluator:
     ) -> tuple[list[tuple[int, GroupResult, dict[str, Any]]], dict[str, int], dict[str, Any]]:
         cfg = self.config
         tok = self.tokenizer
-        ctx = context_length(self.model)
+        ctx = context_length(self.model) or MAX_VARIANT_TOKENS
         groups: list[tuple[int, VariantGroup, list[list[int]]]] = []
         skipped: dict[str, int] = {}
         gen_budget = cfg.max_new_tokens
         for i in indices:
             g = vs[i]
-            try:
-                prompts = [encode_variant(v, tok) for v in g.variants]
-            except SagoInputError as err:
-                raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group '{g.id}'") from None
-            ref_len = len(encode_continuation(g.reference, tok)) if g.reference else 0
-            longest = max(len(p) for p in prompts) + max(gen_budget, ref_len)
-            if ctx is not None and longest > ctx:
+            long_variant = too_long_variant(g)
+            if long_variant is not None:  # counted before tokenizing: megabytes of text can exhaust memory
                 if cfg.strict:
                     raise SagoInputError(
-                        f"group '{g.id}' needs {longest} tokens (prompt + continuation) but the model's context "
+                        f"group {short_repr(g.id)}: variant {long_variant} is longer than {MAX_VARIANT_CHARS:,} "
+                        "characters (MAX_VARIANT_CHARS)", source=vs.source,
+                        hint="shorten it, or drop --strict to skip and count the group")
+                skipped[SKIP_TOO_MANY_CHARS] = skipped.get(SKIP_TOO_MANY_CHARS, 0) + 1
+                continue
+            try:
+                prompts = [encode_variant(v, tok, chat=self.chat_template == "always") for v in g.variants]
+            except SagoInputError as err:
+                raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group {short_repr(g.id)}") from None
+            ref_len = len(encode_continuation(g.reference, tok)) if g.reference else 0
+            longest = max(len(p) for p in prompts) + max(gen_budget, ref_len)
+            if longest > ctx:
+                if cfg.strict:
+                    raise SagoInputError(
+                        f"group {short_repr(g.id)} needs {longest} tokens (prompt + continuation) but the model's context "
                         f"is {ctx}",
                         source=vs.source,
                         hint="shorten the prompt, lower --max-new-tokens, or drop --strict to skip and count it",
@@ -272,14 +304,13 @@ class SAGOEvaluator:
             axes, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals)
             correct = None
             if outs is not None and (g.reference is not None or g.choices is not None):
-                correct = [
-                    bool(
-                        variant_correct(
-                            y, reference=g.reference, choices=g.choices_for(k), answer=g.answer_for(k), mode=cfg.correctness
-                        )
-                    )
+                per = [
+                    variant_correct(y, reference=g.reference, choices=g.choices_for(k), answer=g.answer_for(k),
+                                    mode=self._match_mode(g.variants[k]))
                     for k, y in enumerate(outs)
                 ]
+                # A group with choices but no answer has no correctness (SPEC), never "wrong".
+                correct = None if any(c is None for c in per) else [bool(c) for c in per]
             lp = [float(x) for x in logprobs[sl].tolist()] if logprobs is not None else None
             if lp is not None and any(math.isnan(x) for x in lp):
                 lp = None

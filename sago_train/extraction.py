@@ -37,22 +37,72 @@ def pad_id_of(tokenizer: Any) -> int:
     return 0
 
 
-def encode_variant(variant: Variant, tokenizer: Any) -> list[int]:
-    """SPEC prompt tokens: the tokenizer's default encoding of a string variant (special tokens as it adds
-    them), or the chat template rendered with the generation prompt for a message list.
+def _special_tokens(tokenizer: Any) -> list[str]:
+    specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    specials |= {t.content for t in added.values() if getattr(t, "special", False)}
+    return [t for t in specials if t]
 
-    The rendered chat text already carries the template's special tokens, so it is encoded without adding
-    more (as ``apply_chat_template(tokenize=True)`` does).
+
+def resolve_chat_template(mode: str, tokenizer: Any) -> str:
+    """``always`` or ``never``: how string variants are fed (SPEC "Chat rendering").
+
+    ``auto`` is ``always`` when the tokenizer's chat template marks turns with special tokens, as every
+    instruct model's does (``<|im_start|>``, ``<|start_header_id|>``, BOS...); a template of plain text only
+    (the shipped tiny model's ``User: ...\nAssistant:``) is a formatting convention rather than the format
+    the model was trained to answer in, so its string variants are fed as they are.
+
+    Example:
+        >>> from sago_train.tiny_model import load_tiny_model
+        >>> resolve_chat_template("auto", load_tiny_model()[1])  # doctest: +SKIP
+        'never'
     """
-    if isinstance(variant, str):
-        return list(tokenizer(variant)["input_ids"])
+    from .config import CHAT_TEMPLATE_MODES
+
+    if mode not in CHAT_TEMPLATE_MODES:
+        from .errors import unknown_name_error
+
+        raise unknown_name_error("chat_template mode", mode, CHAT_TEMPLATE_MODES, key="chat_template")
+    if mode == "never":
+        return "never"
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if mode == "always":
+        if not has_template:
+            raise SagoInputError(
+                "chat_template is 'always' but this tokenizer has no chat template",
+                key="chat_template",
+                hint="use --chat-template never (or auto), or a model whose tokenizer defines chat_template",
+            )
+        return "always"
+    if not has_template:
+        return "never"
+    rendered = render_chat([{"role": "user", "content": "x"}], tokenizer)
+    return "always" if any(t in rendered for t in _special_tokens(tokenizer)) else "never"
+
+
+def render_chat(messages: list[dict[str, Any]], tokenizer: Any) -> str:
+    """The chat template applied with the generation prompt, as text (SPEC "Chat rendering")."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise SagoInputError(
             "chat-message variants need a tokenizer with a chat template, and this tokenizer has none",
             key="variants",
             hint="use string variants, or a model whose tokenizer defines chat_template",
         )
-    text = tokenizer.apply_chat_template(variant, tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode_variant(variant: Variant, tokenizer: Any, *, chat: bool = False) -> list[int]:
+    """SPEC prompt tokens: a string variant's default encoding (special tokens as the tokenizer adds them),
+    or, with ``chat`` and for every message-list variant, the chat template rendered with the generation
+    prompt (a string becomes one user message).
+
+    The rendered chat text already carries the template's special tokens, so it is encoded without adding
+    more (as ``apply_chat_template(tokenize=True)`` does).
+    """
+    if isinstance(variant, str) and not chat:
+        return list(tokenizer(variant)["input_ids"])
+    messages = [{"role": "user", "content": variant}] if isinstance(variant, str) else variant
+    text = render_chat(messages, tokenizer)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -201,6 +251,8 @@ class Extractor:
             pad_token_id=self.pad_id,
             eos_token_id=gen_eos if gen_eos is not None else eos,
             use_cache=True,
+            # Stop strings end a row's generation (its later tokens are padding); _truncate cuts the text.
+            stop_strings=list(self.stop_strings) or None,
         )
 
     def _truncate(self, text: str) -> str:
@@ -231,8 +283,9 @@ class Extractor:
                 idx = batches[min(b, len(batches) - 1)]
                 ids, mask = pad_batch([prompts[i] for i in idx], self.pad_id, side="left")
                 width = ids.shape[1]
+                extra = {"tokenizer": self.tokenizer} if self.stop_strings else {}
                 gen = self.model.generate(
-                    input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
+                    input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **extra
                 )
                 if b >= len(batches) or not out:
                     continue  # a repeat that only keeps distributed ranks in step

@@ -30,6 +30,23 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _adapter_base(adapter: Path) -> str:
+    """``base_model_name_or_path`` of a PEFT ``adapter_config.json``, or an error naming the file."""
+    try:
+        config = json.loads(adapter.read_text(encoding="utf-8")[:1_000_000])
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise SagoInputError(f"unreadable adapter config ({type(err).__name__})", source=str(adapter),
+                             key="model") from None
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not isinstance(base, str) or not base.strip():
+        raise SagoInputError(
+            "a PEFT adapter config needs 'base_model_name_or_path' (the base model's folder or hub id), got "
+            + ("no such key" if not isinstance(config, dict) or "base_model_name_or_path" not in config
+               else f"{type(base).__name__ if base is not None else 'null'}"),
+            source=str(adapter), key="model", hint="set it to the folder of the model the adapter was trained on")
+    return base
+
+
 def load_model_and_tokenizer(
     path: str | Path,
     *,
@@ -39,11 +56,16 @@ def load_model_and_tokenizer(
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer from a local folder (or a cached hub id).
 
-    A folder with ``adapter_config.json`` is a PEFT adapter: its base model is loaded and the adapter
-    applied. ``trust_remote_code`` stays off unless asked for.
+    ``sago://tiny-llama`` and ``sago://smollm2-135m-instruct`` name the shipped tiny model and the real
+    model converted on first use (:mod:`sago_train.real_model`). A folder with ``adapter_config.json`` is a
+    PEFT adapter: its base model is loaded and the adapter applied. ``trust_remote_code`` stays off unless
+    asked for.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .real_model import resolve_model_path
+
+    path = resolve_model_path(path)
     torch_dtype = parse_dtype(dtype)
     local = Path(path)
     if not local.exists() and (str(path).startswith((".", "/", "~")) or str(path).count("/") > 1):
@@ -60,7 +82,7 @@ def load_model_and_tokenizer(
                 raise SagoInputError(
                     f"{path} is a PEFT adapter and peft is not installed", hint="pip install 'sago_train[peft]'"
                 ) from err
-            base_name = json.loads(adapter.read_text())["base_model_name_or_path"]
+            base_name = _adapter_base(adapter)
             base = AutoModelForCausalLM.from_pretrained(base_name, **kwargs)
             model = PeftModel.from_pretrained(base, str(local))
             tok_src = str(local) if (local / "tokenizer_config.json").exists() else base_name

@@ -24,6 +24,39 @@ logger = logging.getLogger(__name__)
 HISTORY = "history.jsonl"
 
 
+def recorded_evaluations(sago_dir: str | Path) -> int:
+    """How many evaluations ``sago_dir/history.jsonl`` records (0 when there is none)."""
+    path = Path(sago_dir) / HISTORY
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> None:
+    """Refuse to start a fresh run where another run's SAGO history is: its lines would be lost.
+
+    Resuming keeps the history (later steps are redone); ``overwrite`` sets the old file aside as
+    ``history.jsonl.<time>.old`` (nothing is deleted). Raises :class:`~sago_train.errors.SagoInputError`."""
+    from .errors import SagoInputError
+
+    n = recorded_evaluations(sago_dir)
+    if resuming or n == 0:
+        return
+    path = Path(sago_dir) / HISTORY
+    if not overwrite:
+        raise SagoInputError(
+            f"{path} already holds the SAGO history of another run ({n} evaluation(s)); a fresh run would replace it",
+            hint="resume from its checkpoint (trainer.train(resume_from_checkpoint=...) or sago-train run --resume), "
+                 "pass SAGOCallback(overwrite=True) or sago-train run --overwrite, or choose another output directory",
+        )
+    import time
+
+    aside = path.with_name(f"{HISTORY}.{time.strftime('%Y%m%dT%H%M%S')}.old")
+    path.replace(aside)
+    logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s", n, aside)
+
+
 @dataclass
 class Snapshot:
     """Per-group values of one evaluation: ``values[set][axis]`` aligned with ``ids[set]``."""

@@ -149,6 +149,8 @@ class EvalResult:
     model: str
     config: dict[str, Any]
     seed: int = 0
+    #: Degenerate-output warnings (empty or cross-group identical generations), naming the likely cause.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def axes(self) -> list[str]:
@@ -185,6 +187,7 @@ class EvalResult:
                 "instability": self.instability().to_dict(),
                 "axis_correlation": self.axis_correlation().to_dict(),
                 "axis_relations": [r.to_dict() for r in self.axis_relations()],
+                "warnings": list(self.warnings),
             }
         )
 

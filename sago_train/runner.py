@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from .data.groups import VariantSet, read_jsonl
+from .data.groups import VariantSet, read_jsonl, too_long_variant
 from .errors import SagoInputError
+from .limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from .recipe import Recipe
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def load_located_records(recipe: Recipe, value: str, what: str) -> tuple[list[di
     """The records and, for a local JSONL file, the line of each (None for a hub dataset)."""
     path = recipe.resolve_path(value)
     if Path(path).exists():
-        pairs = list(read_jsonl(path))
+        pairs = list(read_jsonl(path, max_file_bytes=MAX_TRAIN_FILE_BYTES, what="training data file"))
         return [rec for _, rec in pairs], [n for n, _ in pairs]
     try:
         import datasets
@@ -83,9 +84,17 @@ def validate_groups(
         if "id" in rec:
             where += f" '{rec['id']}'"
         try:
-            group, _ = _group_of(rec, i, label=where)
+            group, target = _group_of(rec, i, label=where)
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, line=line, key=err.key, hint=err.hint) from None
+        long_variant = too_long_variant(group)
+        if long_variant is not None or len(target) > MAX_VARIANT_CHARS:
+            # The collator would tokenize it mid-training; megabytes of text can exhaust memory there.
+            what = f"variant {long_variant}" if long_variant is not None else "the target"
+            raise SagoInputError(f"{where}: {what} is longer than {MAX_VARIANT_CHARS:,} characters "
+                                 "(MAX_VARIANT_CHARS)", source=source, line=line,
+                                 key="variants" if long_variant is not None else "target",
+                                 hint="shorten it or drop the group")
         if first is None:
             first = (group.k, line)
         elif batch_size > 1 and group.k != first[0]:
@@ -96,6 +105,20 @@ def validate_groups(
                 source=source, line=line, key="variants",
                 hint="give every group the same K, or set training.per_device_train_batch_size: 1",
             )
+
+
+def _check_sft_lengths(records: list[Any], source: str, lines: list[int] | None) -> None:
+    """Text fields longer than ``MAX_VARIANT_CHARS`` are refused before anything tokenizes them (tokenizing
+    tens of megabytes at once can exhaust memory); ``data.max_length`` truncates tokens, not characters."""
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            continue
+        for key in ("prompt", "completion", "text"):
+            value = rec.get(key)
+            if isinstance(value, str) and len(value) > MAX_VARIANT_CHARS:
+                raise SagoInputError(f"'{key}' is longer than {MAX_VARIANT_CHARS:,} characters (MAX_VARIANT_CHARS)",
+                                     source=source, line=lines[i] if lines is not None else i + 1, key=key,
+                                     hint="split the record into smaller ones")
 
 
 def tokenize_sft(records: list[dict[str, Any]], tokenizer: Any, max_length: int | None, source: str) -> list[dict]:
@@ -123,10 +146,18 @@ def tokenize_sft(records: list[dict[str, Any]], tokenizer: Any, max_length: int 
 
 def build_model(recipe: Recipe) -> tuple[Any, Any]:
     from .modeling import load_model_and_tokenizer
+    from .threads import configure_torch_threads
 
+    configure_torch_threads()
     m = recipe.model
-    model, tokenizer = load_model_and_tokenizer(recipe.resolve_path(m.path), dtype=m.dtype, device="cpu",
-                                                trust_remote_code=m.trust_remote_code)
+    try:
+        model, tokenizer = load_model_and_tokenizer(recipe.resolve_path(m.path), dtype=m.dtype, device="cpu",
+                                                    trust_remote_code=m.trust_remote_code)
+    except SagoInputError as err:
+        if err.source is not None:
+            raise
+        raise recipe.error(err.message, f"model.{err.key}" if err.key and err.key != "model" else "model.path",
+                           hint=err.hint) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if m.lora is not None:
@@ -136,12 +167,18 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
             raise SagoInputError("model.lora needs peft", hint="pip install 'sago_train[peft]'") from err
         config = peft.LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
-        model = peft.get_peft_model(model, config)
+        try:
+            model = peft.get_peft_model(model, config)
+        except (ValueError, TypeError) as err:  # e.g. target modules the model does not have
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            raise recipe.error(f"LoRA cannot be applied to this model: {first}", "model.lora.target_modules",
+                               hint="name modules the model has, e.g. [q_proj, v_proj], or 'all-linear'") from None
     return model, tokenizer
 
 
-def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
-    """Everything but ``train()``: model, data, callbacks and the right trainer class."""
+def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False) -> Any:
+    """Everything but ``train()``: model, data, callbacks and the right trainer class. ``overwrite`` lets a
+    fresh run replace another run's SAGO history in the output directory (see :class:`SAGOCallback`)."""
     from .callback import SAGOCallback
     from .config import SAGOConfig
     from .early_stopping import SAGOEarlyStoppingCallback
@@ -175,10 +212,12 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
             from transformers import TrainingArguments
 
             args = TrainingArguments(**training)
-    except (TypeError, ValueError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    except (TypeError, ValueError, ImportError) as err:  # ImportError: e.g. deepspeed asked for, not installed
+        first_line = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         raise SagoInputError(f"invalid training arguments: {first_line}", source=recipe.source,
                              key="training") from None
+    if fmt == "sft":
+        _check_sft_lengths(records, src, lines)
     if fmt == "groups":
         validate_groups(records, src, lines=lines, batch_size=args.per_device_train_batch_size)
         if eval_records is not None:
@@ -190,7 +229,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
         sets = {name: _load_set(recipe, name, p) for name, p in recipe.monitor.sets.items()}
         try:
             callbacks.append(SAGOCallback(sets, eval_steps=recipe.monitor.eval_steps, baseline=recipe.monitor.baseline,
-                                          overhead_budget=recipe.monitor.overhead_budget,
+                                          overhead_budget=recipe.monitor.overhead_budget, overwrite=overwrite,
                                           config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
@@ -211,6 +250,32 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
 
     set_seed(int(recipe.training.get("seed", 42)))
     model, tokenizer = build_model(recipe)
+    _check_layers(recipe, callbacks, model)
+    try:
+        return _make_trainer(recipe, fmt, args, model, tokenizer, records, eval_records, callbacks, stability, src)
+    except SagoInputError as err:
+        if err.source is not None:
+            raise
+        # Raised by the stability loss at construction (e.g. an out-of-range layer): name the recipe line.
+        raise recipe.error(err.message, f"stability.{err.key}" if err.key else "stability", hint=err.hint) from None
+
+
+def _check_layers(recipe: Recipe, callbacks: list[Any], model: Any) -> None:
+    """Monitoring layers out of range fail now (at --dry-run too), like ``stability.layers``, not at the first
+    evaluation in the middle of training."""
+    from .callback import SAGOCallback
+    from .layers import num_decoder_layers, resolve_layers
+
+    for cb in callbacks:
+        if isinstance(cb, SAGOCallback) and cb.config.layers is not None:
+            try:
+                resolve_layers(cb.config.layers, num_decoder_layers(model))
+            except SagoInputError as err:
+                raise recipe.error(err.message, "monitor.options.layers", hint=err.hint) from None
+
+
+def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: Any, records: list[Any],
+                  eval_records: list[Any] | None, callbacks: list[Any], stability: Any, src: str) -> Any:
     if recipe.trainer == "sft":
         if fmt == "groups":
             from .stability_trainer import StabilitySFTTrainer
@@ -241,12 +306,20 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None) -> Any:
 
 
 def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
+    from .data.groups import validate_set_name
+
+    # The name is the recipe's: an invalid one is reported against the recipe line (parse_recipe checks it
+    # too; a VariantSet built from a mapping in Python reaches here without that check).
+    validate_set_name(name, source=recipe.source, key=f"monitor.sets.{name[:100]}",
+                      line=recipe.lines.get(f"monitor.sets.{name}") or recipe.lines.get("monitor.sets"))
     try:
         return VariantSet.from_jsonl(recipe.resolve_path(value), name=name)
     except SagoInputError as err:
-        if err.source is not None:  # an error inside the set file names that file already
+        if err.source is not None and err.line is not None:  # an error inside the set file names that file
             raise
-        raise SagoInputError(err.message, source=recipe.source, key=f"monitor.sets.{name}", hint=err.hint) from None
+        raise SagoInputError(f"{err.source + ': ' if err.source else ''}{err.message}", source=recipe.source,
+                             line=recipe.lines.get(f"monitor.sets.{name}"), key=f"monitor.sets.{name}",
+                             hint=err.hint) from None
 
 
 def _dataset(records: list[dict[str, Any]] | None) -> Any:

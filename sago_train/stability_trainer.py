@@ -75,6 +75,9 @@ class StabilityTrainerMixin:
                 hint="build it with sago_train.StabilityConfig(...)",
             )
         self.stability_config = stability_config
+        from .threads import configure_torch_threads
+
+        configure_torch_threads()
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
         super().__init__(*args, **kwargs)
         if self.args.n_gpu > 1:
@@ -244,6 +247,37 @@ class StabilityTrainer(StabilityTrainerMixin, transformers.Trainer):
     """
 
 
+def groups_as_dataset(data: Any) -> Any:
+    """A list or tuple of variant groups (dicts or :class:`~sago_train.data.VariantGroup`) as a
+    ``datasets.Dataset``; anything else (a Dataset, a dict of eval sets, None) is returned as it is."""
+    if not isinstance(data, (list, tuple)):
+        return data
+    import datasets
+
+    from .data.groups import VariantGroup
+
+    rows = []
+    for i, item in enumerate(data):
+        if isinstance(item, VariantGroup):
+            row = item.to_dict()
+        elif isinstance(item, dict):
+            row = dict(item)
+        else:
+            raise SagoInputError(f"group {i}: expected a dict or a VariantGroup, got {type(item).__name__}",
+                                 key="train_dataset")
+        if row.get("target") is None and row.get("reference") is not None:
+            row["target"] = row["reference"]  # one column for the shared completion in every row
+        rows.append(row)
+    try:
+        return datasets.Dataset.from_list(rows)
+    except (TypeError, ValueError) as err:  # pyarrow's errors derive from these
+        raise SagoInputError(
+            f"could not turn the list of groups into a datasets.Dataset: {str(err).splitlines()[0]}",
+            key="train_dataset",
+            hint="give every group the same fields with the same types (e.g. all string variants)",
+        ) from err
+
+
 def _build_sft_trainer() -> type:
     try:
         from trl import SFTTrainer
@@ -267,6 +301,12 @@ def _build_sft_trainer() -> type:
         _sago_logits_in_outputs = False
 
         def __init__(self, *args: Any, stability_config: StabilityConfig | None = None, **kwargs: Any) -> None:
+            # TRL accepts only datasets.Dataset objects; a plain list of groups (as in the README) is wrapped.
+            for key in ("train_dataset", "eval_dataset"):
+                if key in kwargs:
+                    kwargs[key] = groups_as_dataset(kwargs[key])
+            if len(args) > 3:
+                args = (*args[:3], groups_as_dataset(args[3]), *args[4:])
             super().__init__(*args, stability_config=stability_config, **kwargs)
             if getattr(self.args, "packing", False) or getattr(self, "padding_free", False):
                 raise SagoInputError(
@@ -297,4 +337,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["StabilitySFTTrainer", "StabilityTrainer", "StabilityTrainerMixin"]
+__all__ = ["StabilitySFTTrainer", "StabilityTrainer", "StabilityTrainerMixin", "groups_as_dataset"]

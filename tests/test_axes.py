@@ -129,7 +129,6 @@ def ref_summary(rows: list[list[bool]], kinds: list[str] | None) -> dict:
     out = {
         "n": len(rows),
         "accuracy": sum(flat) / len(flat),
-        "worst_variant_accuracy": sum(all(r) for r in rows) / len(rows),
         "all_right": sum(all(r) for r in rows) / len(rows),
         "all_wrong": sum(not any(r) for r in rows) / len(rows),
     }
@@ -141,6 +140,10 @@ def ref_summary(rows: list[list[bool]], kinds: list[str] | None) -> dict:
             acc.setdefault(kind, []).extend(col)
         out["per_kind"] = {kind: sum(v) / len(v) for kind, v in acc.items()}
         out["spread"] = max(out["per_kind"].values()) - min(out["per_kind"].values())
+        out["worst_variant_accuracy"] = min(out["per_kind"].values())
+    else:  # per variant position
+        k = len(rows[0])
+        out["worst_variant_accuracy"] = min(sum(r[i] for r in rows) / len(rows) for i in range(k))
     return out
 
 
@@ -435,6 +438,48 @@ def test_choice_index(output, expected):
     assert choice_index(output, CHOICES) == expected
 
 
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ("The answer is B", 1),
+        ("The answer is B.", 1),
+        ("The correct answer is (C) New York.", 2),
+        ("Answer: D", 3),
+        ("answer: (b)", None),  # lowercase after an answer phrase could be a word; only capitals are labels
+        ("I think the answer is B because Lyon is big.", 1),
+        ("(B)", 1),
+        ("B) Lyon", 1),
+        ("C. New York", 2),
+        ("A cat.", None),  # an article, not option A
+        ("I think so.", None),  # a pronoun, not option I
+        ("The answer is A cat.", None),
+        ("The answer is A.", 0),
+        ("It is Lyon, of course.", 1),  # the option's text anywhere, when exactly one option occurs
+        ("Paris or Lyon", None),  # two options occur: ambiguous
+        ("I would say New York City.", 3),  # "New York" inside "New York City" is not a second option
+        ("Bordeaux", None),
+    ],
+)
+def test_choice_index_reads_labels_only_where_written_as_labels(output, expected):
+    assert choice_index(output, CHOICES) == expected
+
+
+def test_choice_index_numeric_options_are_texts_not_positions():
+    assert choice_index("The answer is 4.", ["3", "4", "5"]) == 1
+    assert choice_index("4", ["3", "4", "5"]) == 1
+    assert choice_index("2", ["3", "4", "5"]) is None
+
+
+def test_match_mode_auto_resolves_by_rendering():
+    from sago_train.axes.correctness import resolve_match_mode
+
+    assert resolve_match_mode("auto", chat_rendered=True) == "contains"
+    assert resolve_match_mode("auto", chat_rendered=False) == "prefix"
+    assert resolve_match_mode("exact", chat_rendered=True) == "exact"
+    with pytest.raises(SagoInputError, match="Did you mean 'contains'"):
+        resolve_match_mode("contain", chat_rendered=True)
+
+
 def test_variant_correct():
     assert variant_correct("B", reference=None, choices=["x", "y"], answer=1, mode="prefix") is True
     assert variant_correct("A", reference=None, choices=["x", "y"], answer=1, mode="prefix") is False
@@ -447,6 +492,18 @@ def test_variant_correct():
         variant_correct("It is Paris", reference=" Paris", choices=None, answer=None, mode="prefix") is False
     )
     assert variant_correct("x", reference=None, choices=None, answer=None, mode="prefix") is None
+    # choices without an answer: no correctness, never "wrong" (even with a reference)
+    assert variant_correct("B", reference=" y", choices=["x", "y"], answer=None, mode="prefix") is None
+
+
+def test_worst_variant_accuracy_is_the_lowest_per_kind_accuracy():
+    rows = [[True, False, True], [True, True, False], [True, False, True], [False, True, True]]
+    got = correctness_summary(rows, ["canonical", "paraphrase", "typo"])
+    assert got["per_kind"] == pytest.approx({"canonical": 0.75, "paraphrase": 0.5, "typo": 0.75})
+    assert got["worst_variant_accuracy"] == pytest.approx(0.5)
+    assert got["all_right"] == pytest.approx(0.0)  # no group has every variant right
+    # without kinds: per variant position, the same numbers
+    assert correctness_summary(rows, None)["worst_variant_accuracy"] == pytest.approx(0.5)
 
 
 def test_correctness_summary_hand_example():
@@ -454,7 +511,7 @@ def test_correctness_summary_hand_example():
     got = correctness_summary(rows, ["canonical", "typo"])
     assert got["n"] == 4
     assert got["accuracy"] == pytest.approx(5 / 8)
-    assert got["worst_variant_accuracy"] == pytest.approx(0.5)
+    assert got["worst_variant_accuracy"] == pytest.approx(0.5)  # the 'typo' kind: 2 of 4 right
     assert got["all_right"] == pytest.approx(0.5) and got["all_wrong"] == pytest.approx(0.25)
     assert got["consistent"] == pytest.approx(0.75)
     assert got["per_kind"] == pytest.approx({"canonical": 0.75, "typo": 0.5})
@@ -702,3 +759,17 @@ def test_register_axis_rejects_unknown_needs():
     with pytest.raises(ValueError, match="unknown inputs"):
         register_axis("test_bad_axis", needs=["hiden"])
     assert "test_bad_axis" not in AXES
+
+
+def test_correctness_on_recorded_real_model_outputs():
+    """Outputs of sago://smollm2-135m-instruct (tests/data/real_outputs.jsonl, re-checked against the model by
+    the slow tests/test_real_model.py), labelled right/wrong by hand: ``contains`` (the chat default) agrees
+    with every label; ``prefix`` calls the sentence answers wrong."""
+    import json
+    from pathlib import Path
+
+    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "real_outputs.jsonl").read_text().splitlines()]
+    assert len(rows) >= 8 and {r["correct"] for r in rows} == {True, False}
+    for row in rows:
+        assert is_correct(row["output"], row["reference"], "contains") is row["correct"], row["id"]
+    assert not any(is_correct(r["output"], r["reference"], "prefix") for r in rows)

@@ -132,6 +132,8 @@ def check_error_line(err: str, out: str, cmd: str, name: str, spec: dict[str, An
     """The one error line, checked against the manifest entry; returns the message after the prefix."""
     assert "Traceback" not in err and "Traceback" not in out, err
     lines = err.strip().splitlines()
+    if spec.get("after_model"):  # found once the model is loaded: its loading progress may come first
+        lines = [line for line in lines if not line.startswith("Loading weights")]
     assert len(lines) == 1, f"expected exactly one line on stderr, got:\n{err}"
     prefix = f"sago-train {cmd}: error: "
     assert lines[0].startswith(prefix), lines[0]
@@ -232,4 +234,254 @@ def test_subprocess_huge_line_strict(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]  # loading the model may print a progress bar before it
     assert last.startswith("sago-train eval: error: "), proc.stderr
-    assert path.name in last and "group 'huge' needs" in last, last
+    assert path.name in last and "group 'huge': variant 0 is longer than 1,000,000 characters" in last, last
+
+
+# ------------------------------------------------------------------ issue 12: bounded input, outputs checked first
+# Each case through the CLI in-process, the Python API, and a subprocess under a 2 GiB address-space limit
+# (tests/_limited.py): one error line, exit code 2, < 10 CPU seconds, peak RSS < 2 GiB.
+ISSUE_12_CORPUS = [
+    "recipe_billion_laughs_name.yaml", "recipe_billion_laughs_description.yaml", "recipe_billion_laughs_trainer.yaml",
+    "recipe_billion_laughs_max_steps.yaml", "recipe_lora_r_zero.yaml", "recipe_lora_target_modules_int.yaml",
+    "recipe_deepspeed_missing.yaml", "recipe_name_escapes.yaml", "recipe_data_limit_negative.yaml",
+    "recipe_dtype_unknown.yaml", "recipe_set_name_invalid.yaml", "recipe_monitor_layers_out_of_range.yaml",
+    "recipe_stability_layers_out_of_range.yaml", "set_lone_surrogate.jsonl", "set_too_many_variants.jsonl",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ISSUE_12_CORPUS)
+def test_issue_12_corpus_in_a_limited_subprocess(name: str, tmp_path: Path) -> None:
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    spec = MANIFEST[name]
+    res = run_cli_limited(cli_argv(name, spec["entry"], tmp_path))
+    line = assert_one_error_line(res, name, spec["message"])
+    assert line.startswith(f"sago-train {ENTRIES[spec['entry']]}: error: ")
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir()), "wrote before failing"
+
+
+def _unreadable(kind: str, tmp_path: Path) -> tuple[Path, str]:
+    """A set path that must be refused before reading, and a substring of the error."""
+    if kind == "dev_zero":
+        return Path("/dev/zero"), "is a character device, expected a variant set"
+    if kind == "fifo_without_writer":
+        path = tmp_path / "fifo.jsonl"
+        os.mkfifo(path)
+        return path, "is a FIFO (named pipe), expected a variant set"
+    if kind == "directory":
+        return tmp_path, "is a directory, expected a variant set"
+    if kind == "sparse_200mb":  # 200 MB on paper, no disk used: refused from its size before any read
+        path = tmp_path / "big.jsonl"
+        with open(path, "wb") as f:
+            f.truncate(200 * 1024 * 1024)
+        return path, "is 200 MiB, over the limit of 128 MiB for a variant set (MAX_SET_FILE_BYTES)"
+    if kind == "line_over_64mib":  # a 100 MB sparse file without a newline: its first line passes the limit
+        path = tmp_path / "oneline.jsonl"
+        with open(path, "wb") as f:
+            f.truncate(100 * 1024 * 1024)
+        return path, "oneline.jsonl:1: line longer than the limit of 64 MiB (MAX_LINE_BYTES)"
+    raise AssertionError(kind)
+
+
+UNREADABLE = ["dev_zero", "fifo_without_writer", "directory", "sparse_200mb", "line_over_64mib"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
+@pytest.mark.parametrize("kind", UNREADABLE)
+def test_unreadable_set_is_refused_before_reading(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    path, expected = _unreadable(kind, tmp_path)
+    argv = ["eval", "--set", f"s={path}", "--quiet", "--axes", "activation", "--max-new-tokens", "2"]
+    rc, out, err = run_cli(argv, capsys)
+    assert rc == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and expected in err, err
+    with time_limit(10), pytest.raises(SagoInputError, match="expected a variant set|limit"):
+        VariantSet.from_jsonl(path)
+    assert_one_error_line(run_cli_limited(argv), expected)
+
+
+def test_line_limit_names_file_and_line(tmp_path: Path) -> None:
+    from sago_train.data.groups import read_jsonl
+
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"variants": ["a", "b"]}\n' + json.dumps({"variants": ["x" * 5000, "y"]}) + "\n")
+    with pytest.raises(SagoInputError, match=r"s\.jsonl:2: line longer than the limit of 4.883 KiB"):
+        list(read_jsonl(path, max_line_bytes=5000))
+
+
+def _write_50mb_variant_set(tmp_path: Path) -> Path:
+    path = tmp_path / "set_50mb.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"id": "huge", "variants": ["word " * 10_000_000, "A short phrasing?"]}) + "\n")
+        f.write(json.dumps({"id": "ok", "variants": ["What is 2+2?", "Compute two plus two."]}) + "\n")
+    assert path.stat().st_size > 50_000_000
+    return path
+
+
+@pytest.mark.slow
+def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12 case 2: tokenized whole, a 50 MB variant took ~9 GB and a SIGABRT; now its group is skipped and
+    counted from its character count, in the CLI output, summary.json and the Python result."""
+    from sago_train import SAGOEvaluator
+    from sago_train.evaluator import SKIP_TOO_MANY_CHARS
+
+    from ._limited import assert_bounded, run_cli_limited
+
+    path = _write_50mb_variant_set(tmp_path)
+    argv = ["eval", "--set", f"huge={path}", "--quiet", "--axes", "activation", "--max-new-tokens", "2"]
+    rc, out, err = run_cli(argv, capsys)
+    assert rc == 0 and "Traceback" not in err, err
+    assert "set 'huge': 1 groups, 1 skipped" in out, out
+
+    from sago_train import evaluator
+
+    tokenized: list[int] = []
+    real_encode = evaluator.encode_variant
+
+    def counting_encode(variant: Any, tokenizer: Any) -> list[int]:
+        tokenized.append(len(variant))
+        return real_encode(variant, tokenizer)
+
+    monkeypatch.setattr(evaluator, "encode_variant", counting_encode)
+    ev = SAGOEvaluator.from_pretrained(tiny_model_path(), axes="activation", max_new_tokens=2)
+    result = ev.evaluate({"huge": VariantSet.from_jsonl(path, name="huge")})
+    assert result.sets["huge"].skipped == {SKIP_TOO_MANY_CHARS: 1}
+    assert [g.id for g in result.sets["huge"].groups] == ["ok"]
+    assert max(tokenized) < 1000, "the 50 MB variant reached the tokenizer"
+
+    res = run_cli_limited([*argv, "--out", str(tmp_path / "out")])
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert_bounded(res)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["sets"]["huge"]["skipped"] == {SKIP_TOO_MANY_CHARS: 1}
+
+
+def test_out_naming_a_file_fails_before_the_model_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12 case 4: --out naming an existing file used to fail after the whole evaluation."""
+    from sago_train import evaluator
+    from sago_train.io import check_output_dir
+
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    existing = tmp_path / "results"
+    existing.write_text("not a directory")
+
+    def must_not_load(*a: Any, **k: Any) -> Any:
+        raise AssertionError("the model was loaded before --out was checked")
+
+    monkeypatch.setattr(evaluator.SAGOEvaluator, "from_pretrained", must_not_load)
+    for out, expected in ((existing, "exists and is not a directory"), (existing / "sub", "is a file, not a directory"),
+                          (Path("/proc/sago-no/such"), "is not writable")):
+        rc, _, err = run_cli(["eval", "--out", str(out), "--quiet"], capsys)
+        assert rc == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+        with pytest.raises(SagoInputError, match=expected):
+            check_output_dir(out, what="--out")
+    assert existing.read_text() == "not a directory"
+    assert_one_error_line(run_cli_limited(["eval", "--out", str(existing), "--quiet"]), "--out", str(existing))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["{}", '{"base_model_name_or_path": null}', "[1, 2]", "{not json"])
+def test_adapter_config_without_a_base_model(config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 case 5: {} was a KeyError traceback; null a misleading 'couldn't connect to huggingface.co'."""
+    from sago_train.modeling import load_model_and_tokenizer
+
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(config)
+    expected = "adapter_config.json: field 'model': "
+    rc, _, err = run_cli(["eval", "--model", str(adapter), "--quiet"], capsys)
+    assert rc == 2 and expected in err and "Traceback" not in err, err
+    with pytest.raises(SagoInputError, match="adapter"):
+        load_model_and_tokenizer(adapter)
+    assert_one_error_line(run_cli_limited(["eval", "--model", str(adapter), "--quiet"]), expected)
+
+
+def test_run_name_option_cannot_leave_the_runs_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 case 6 through --name (recipe_name_escapes.yaml covers the recipe's name:)."""
+    from sago_train.recipe import validate_run_name
+
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    work = tmp_path / "a" / "b" / "c" / "d"
+    work.mkdir(parents=True)
+    recipe = ROOT / "tests" / "data" / "bad" / "recipe_data_limit_zero.yaml"
+    argv = ["run", str(recipe), "--name", "../../../../x", "--training.max_steps", "1"]
+    cwd = Path.cwd()
+    os.chdir(work)
+    try:
+        rc, _, err = run_cli(argv, capsys)
+    finally:
+        os.chdir(cwd)
+    assert rc == 2 and "field '--name': invalid run name '../../../../x'" in err, err
+    with pytest.raises(SagoInputError, match="invalid run name"):
+        validate_run_name("../../../../x")
+    assert_one_error_line(run_cli_limited(argv, cwd=work), "invalid run name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and not any(work.iterdir()), "wrote outside runs/"
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"variants": ["x" * 1_000_001, "short"], "target": " t"}, "variant 0 is longer than 1,000,000 characters"),
+    ({"variants": ["a", "b"], "target": "t" * 1_000_001}, "the target is longer than 1,000,000 characters"),
+    ({"prompt": "p" * 1_000_001, "completion": " c"}, "'prompt' is longer than 1,000,000 characters"),
+])
+def test_overlong_training_text_fails_before_the_model_loads(record: dict[str, Any], expected: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Training records are tokenized by the collator in the middle of training: the length cap is checked up
+    front (an error: a training record cannot be skipped without changing what is trained on)."""
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"variants": ["a", "b"], "target": " ok"} if "variants" in record
+                               else {"prompt": "a", "completion": " b"}) + "\n" + json.dumps(record) + "\n")
+    recipe = groups_recipe(tmp_path, data)
+    if "prompt" in record:
+        recipe.write_text(recipe.read_text().replace("stability:\n  act_weight: 0.5\n", ""))
+    rc, _, err = run_cli(["run", str(recipe), "--dry-run", "--output-dir", str(tmp_path / "run")], capsys)
+    assert rc == 2 and "train.jsonl:2: " in err and expected in err and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(SagoInputError, match=expected):
+        build_trainer(load_recipe(recipe), output_dir=str(tmp_path / "api"))
+
+
+@pytest.mark.parametrize("section", [
+    'early_stopping:\n  metric: "sago/{big}/activation"\n',
+    "monitor:\n  sets: {{p: sago://demo/paraphrase.jsonl}}\n  options:\n    max_new_tokens: [{ints}]\n",
+    'name: "{big}"\n',
+    'trainer: "{big}"\n',
+])
+def test_error_lines_stay_short_whatever_the_value(section: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A 300 KB value (well inside MAX_RECIPE_BYTES) in a recipe makes an error line of at most a few KB."""
+    recipe = tmp_path / "long_values.yaml"
+    recipe.write_text('sago_train_version: "0.1.0"\nmodel:\n  path: sago://tiny-llama\n'
+                      "data:\n  train: sago://demo/groups.jsonl\n"
+                      + section.format(big="x" * 300_000, ints=", ".join(["7"] * 60_000)), encoding="utf-8")
+    rc, _, err = run_cli(["run", str(recipe), "--dry-run", "--output-dir", str(tmp_path / "run")], capsys)
+    assert rc == 2 and "Traceback" not in err, err[:3000]
+    assert len(err.strip().splitlines()) == 1 and len(err) < 3000, err[:3000]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo_without_writer"])
+def test_generator_inputs_are_not_read_from_pipes_or_devices(kind: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from sago_train.data.generators import load_text_list
+
+    special = Path("/dev/zero")
+    if kind == "fifo_without_writer":
+        special = tmp_path / "fifo.json"
+        os.mkfifo(special)
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text('{"id": "e1", "prompt": "What is 2+2?"}\n')
+    for argv in (["--input", str(examples), "--templates", str(special)], ["--input", str(special), "--typo-rate", "0.1"]):
+        rc, _, err = run_cli(["variants", *argv, "--out", str(tmp_path / "out.jsonl")], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "expected a" in err, err
+        assert "is a character device" in err or "is a FIFO" in err, err
+    with time_limit(10), pytest.raises(SagoInputError, match="is a character device|is a FIFO"):
+        load_text_list(special)
+    with time_limit(10), pytest.raises(SagoInputError, match="is a character device|is a FIFO"):
+        load_examples(special)

@@ -176,7 +176,11 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
     assert [int(r["train/global_step"]) for r in scalars] == [0, 5]
     hist0 = _history(tmp_path / "out")[0]["sets"]["num"]["activation"]["mean"]
     assert float(scalars[0]["eval/sago/num/activation"]) == pytest.approx(hist0, rel=1e-6)
+    rel0 = _history(tmp_path / "out")[0]["sets"]["num"]["activation_rel"]["mean"]
+    assert float(scalars[0]["eval/sago/num/activation_rel"]) == pytest.approx(rel0, rel=1e-6)
+    assert "eval/sago/num/between_dispersion" in scalars[0]
     assert any("eval/sago/num/activation_hist/_type" in r for r in rows)
+    assert any("eval/sago/num/activation_rel_hist/_type" in r for r in rows)
     assert any(k.startswith("eval/sago/unstable_groups") for r in rows for k in r)
     # TensorBoard got the same scalars, read back from its event files.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -306,12 +310,48 @@ def test_early_stopping_triggers_on_crafted_regression(tmp_path):
     assert [d["verdict"] for d in stopper.decisions][-2:] == ["worse (1/2)", "worse (2/2)"]
 
 
+class _Noise(TrainerCallback):
+    """Real evaluation noise without a trend: a hook on block 0 adds fresh Gaussian noise to every hidden state
+    at every forward (its own generator, so the callback's RNG guard does not replay it). Per-group values then
+    differ at every evaluation, up and down, independently across groups."""
+
+    def __init__(self, model, sigma: float, seed: int = 0):
+        self.sigma = sigma
+        self.gen = torch.Generator().manual_seed(seed)
+        model.model.layers[0].register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output):
+        h = output[0] if isinstance(output, tuple) else output
+        h = h + self.sigma * torch.randn(h.shape, generator=self.gen, dtype=h.dtype)
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+
+def _noisy_trainer(tmp_path, stopper, sigma=3.0, steps=10):
+    cb = SAGOCallback(variant_set(n=16), eval_steps=1, axes="activation", layers=[0], **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=steps, learning_rate=0.0)
+    tr.add_callback(_Drift(tr.model, 0.0))  # a constant shared direction: activation well inside (0, 1)
+    tr.add_callback(_Noise(tr.model, sigma))
+    return tr
+
+
 def test_early_stopping_ignores_noise(tmp_path):
+    """The audit found this test trained with learning rate 0 and no noise, so every evaluation was identical
+    and any rule would pass. Here evaluations differ by real, trendless noise: a mean-only rule stops, the
+    paired test does not."""
     stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, alpha=0.05)
-    tr = _drifting_trainer(tmp_path, 0.0, stopper)  # no drift: evaluations differ by float noise only
+    tr = _noisy_trainer(tmp_path / "paired", stopper)
     tr.train()
-    assert tr.state.global_step == 8 and stopper.stopped_step is None
-    assert all(d["verdict"] in ("best", "not significantly worse") for d in stopper.decisions)
+    means = [d["mean"] for d in stopper.decisions]
+    assert len(means) == 11 and (max(means) - min(means)) / min(means) > 0.05  # the evaluations really differ
+    assert sum(d["verdict"] != "best" and d["delta"] > 0 for d in stopper.decisions) >= 3  # worse in the mean
+    assert tr.state.global_step == 10 and stopper.stopped_step is None
+    verdicts = [d["verdict"] for d in stopper.decisions]
+    assert not any(a.startswith("worse") and b.startswith("worse") for a, b in zip(verdicts, verdicts[1:]))
+    # The same noise stops a rule that compares means only: the noise is large enough to matter.
+    naive = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, mode="threshold")
+    tr = _noisy_trainer(tmp_path / "threshold", naive)
+    tr.train()
+    assert naive.stopped_step is not None and tr.state.global_step < 10
 
 
 def test_torchrun_two_processes_history_equals_single(tmp_path):
@@ -368,8 +408,13 @@ def test_best_model_metric_survives_a_failed_evaluation(tmp_path, monkeypatch):
                       metric_for_best_model="sago/num/activation", greater_is_better=False)
     tr.train()  # the step-2 evaluation failed: the Trainer still found its metric (no KeyError)
     assert tr.state.global_step == 4
-    assert [h["step"] for h in _history(tmp_path)] == [0, 4]
-    assert tr.state.best_metric is not None
+    hist = {h["step"]: h["sets"]["num"]["activation"]["mean"] for h in _history(tmp_path)}
+    assert sorted(hist) == [0, 4]
+    # Step 2 stood in with the last measured value (the baseline's); the best is the lower of that and step 4's,
+    # and the checkpoint kept as best is the one that value belongs to.
+    assert tr.state.best_metric == pytest.approx(min(hist[0], hist[4]))
+    best_step = 2 if hist[0] <= hist[4] else 4
+    assert tr.state.best_model_checkpoint.endswith(f"checkpoint-{best_step}")
 
 
 def test_early_stopping_on_an_unmonitored_set_fails_before_training(tmp_path):

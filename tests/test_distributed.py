@@ -36,6 +36,8 @@ def test_torchrun_two_processes_equal_single(tmp_path, saved_tiny_model, sample_
         assert a["outputs"] == b["outputs"]
         for axis, v in a["axes"].items():
             assert b["axes"][axis] == pytest.approx(v, abs=1e-4), (a["id"], axis)
+            # Split halves (findings) too, activation_rel's measured against the whole set's dispersion.
+            assert b["halves"][axis] == pytest.approx(a["halves"][axis], abs=1e-4), (a["id"], axis)
     s1 = json.loads((tmp_path / "one" / "summary.json").read_text())
     s2 = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert "activation_rel" in s1["sets"]["sample"]["axes"]  # a set-level axis: groups sharded, sums gathered
@@ -46,3 +48,5 @@ def test_torchrun_two_processes_equal_single(tmp_path, saved_tiny_model, sample_
     b2 = s2["sets"]["sample"]["set_level"]["activation_rel"]["between_dispersion"]
     assert b1["n_groups"] == b2["n_groups"] == 10 and b1["n_variants"] == b2["n_variants"] == 40
     assert b2["per_layer"] == pytest.approx(b1["per_layer"], abs=1e-6)
+    for axis, rel in s1["sets"]["sample"]["reliability"].items():
+        assert s2["sets"]["sample"]["reliability"][axis] == pytest.approx(rel, abs=1e-4, nan_ok=True), axis

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import string
+import unicodedata
 from collections import Counter
 
 import pytest
@@ -33,8 +33,9 @@ RECORDS = [
 
 # ------------------------------------------------------------------ plain reference implementation
 def ref_normalize(s: str) -> str:
+    # SPEC: Unicode punctuation (categories P*) goes; symbols such as "+" and "=" (S*) stay.
     s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = "".join(ch for ch in s if not unicodedata.category(ch).startswith("P"))
     return re.sub(r"\s+", " ", s).strip()
 
 
@@ -51,18 +52,20 @@ def ref_f1(a: str, b: str) -> float:
     return 2 * p * r / (p + r)
 
 
-def ref_generate(model, tok, ids: list[int], max_new: int) -> str:
+def ref_generate(model, tok, ids: list[int], max_new: int, eos_id: int = 257, pad_id: int = 258) -> str:
     out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                         max_new_tokens=max_new, do_sample=False, pad_token_id=258, eos_token_id=257)
+                         max_new_tokens=max_new, do_sample=False, pad_token_id=pad_id, eos_token_id=eos_id)
     new = out[0, len(ids):].tolist()
-    if 257 in new:
-        new = new[: new.index(257)]
+    if eos_id in new:
+        new = new[: new.index(eos_id)]
     return tok.decode(new, skip_special_tokens=True)
 
 
-def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pooling: str = "last") -> dict:
-    prompts = [tok(v)["input_ids"] for v in rec["variants"]]
-    outs = [ref_generate(model, tok, p, max_new) for p in prompts]
+def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pooling: str = "last", *,
+                    encode=None, eos_id: int = 257, pad_id: int = 258) -> dict:
+    """One variant at a time; ``encode(variant) -> ids`` defaults to the tokenizer's plain encoding."""
+    prompts = [encode(v) if encode else tok(v)["input_ids"] for v in rec["variants"]]
+    outs = [ref_generate(model, tok, p, max_new, eos_id, pad_id) for p in prompts]
     r = rec.get("reference") or outs[rec.get("canonical", 0)]
     r_ids = tok(r, add_special_tokens=False)["input_ids"]
     vecs, lps = [], []
@@ -265,12 +268,28 @@ def test_correctness_and_kinds_in_summary(byte_tokenizer, tiny_llama):
     assert len(rec["logprobs"]) == 3
 
 
-def test_multiple_choice_correctness(byte_tokenizer, tiny_llama):
-    recs = [{"id": "mc", "variants": ["Pick one: A. red B. blue", "Choose: A. blue B. red"], "choices": ["red", "blue"],
-             "answer": [0, 1]}]
+def test_multiple_choice_correctness(byte_tokenizer, tiny_llama, monkeypatch):
+    """Per-variant answers (shuffled options) are scored against each variant's own answer index; a group
+    with choices but no answer gets no correctness, never 'wrong'."""
+    from sago_train.extraction import Extractor
+
+    recs = [
+        {"id": "mc", "variants": ["Pick one: A. red B. blue", "Choose: A. blue B. red", "red or blue? A. red B. blue"],
+         "choices": ["red", "blue"], "answer": [0, 1, 0]},
+        {"id": "no-answer", "variants": ["A. red B. blue", "A. blue B. red"], "choices": ["red", "blue"]},
+    ]
+    outputs = {"Pick one: A. red B. blue": "The answer is A.", "Choose: A. blue B. red": "A cat sat on it.",
+               "red or blue? A. red B. blue": "It is blue.", "A. red B. blue": "A", "A. blue B. red": "B"}
+    by_prompt = {byte_tokenizer(p)["input_ids"].__repr__(): out for p, out in outputs.items()}
+    monkeypatch.setattr(Extractor, "generate", lambda self, prompts: [by_prompt[repr(list(p))] for p in prompts])
     res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=3).evaluate(VariantSet.from_records(recs, name="m"))
-    g = res.sets["m"].groups[0]
-    assert g.correct is not None and len(g.correct) == 2
+    groups = {g.id: g for g in res.sets["m"].groups}
+    # "A" is right for variant 0; "A cat" is an article (no label, no option text) and so wrong for variant
+    # 1; "blue" is option text, wrong where the answer is red.
+    assert groups["mc"].correct == [True, False, False]
+    assert groups["no-answer"].correct is None
+    acc = res.sets["m"].correctness
+    assert acc["n"] == 1 and acc["accuracy"] == pytest.approx(1 / 3) and acc["mode"] == "prefix"
 
 
 def test_bfloat16_model_runs_and_stays_close_to_float32(byte_tokenizer):

@@ -218,3 +218,43 @@ def test_evaluator_half_values_equal_the_axes_on_each_half(byte_tokenizer, tiny_
     assert s.reliability["activation"] == want and want.n == 7
     summary = s.summary()["reliability"]["activation"]
     assert summary["n"] == 7 and summary["r"] == pytest.approx(want.r)
+
+
+def test_eval_display_words_each_finding_by_its_test():
+    """`sago-train eval` prints findings with the test behind each word: reliability ('not noise' only with a
+    permutation p < 0.05), per-set relations with CI and Holm p, and no per-kind test at K = 2."""
+    import io
+
+    from rich.console import Console
+
+    from sago_train.display import print_result
+    from sago_train.results import EvalResult, GroupResult, SetResult
+
+    rng = np.random.default_rng(12)
+    groups = []
+    for i in range(40):
+        t = rng.random()
+        act, gen, conf = t, t + 0.05 * rng.random(), rng.random()
+        groups.append(GroupResult(
+            f"g{i}", ["a", "b"], ["canonical", "typo"], None, None, None,
+            {"activation": act, "generation": gen, "confidence": conf},
+            {"activation": [act, act], "generation": [gen, gen], "confidence": [conf, conf + 1e-9]},
+            halves={"activation": [t + 0.1 * rng.random(), t + 0.1 * rng.random()],
+                    "confidence": [rng.random(), rng.random()]}))
+    s = SetResult("s", ["activation", "generation", "confidence"], groups, ["canonical", "typo"], {},
+                  n_bootstrap=500)
+    result = EvalResult({"s": s}, "m", {})
+    buf = io.StringIO()
+    print_result(result, Console(file=buf, width=300))
+    out = buf.getvalue()
+    rel = split_half_reliability(*s.half_values("activation"), n_permutations=500)
+    assert rel.p_value < 0.05
+    assert (f"s/activation: per-group instability is not noise (split-half Spearman r={rel.r:.2f}, "
+            f"Spearman-Brown {rel.reliability:.2f}, permutation p={rel.p_value:.2g}, n=40 groups)") in out
+    assert "s/confidence: per-group instability is not noise" not in out
+    assert "not computed (needs at least 3 groups with K >= 4 variants, got 0)" in out  # generation: no halves
+    assert "not tested with K = 2" in out and s.kind_effects["confidence"].test == "none"
+    rels = {r.axes: r for r in result.axis_relations()}
+    assert rels[("activation", "generation")].verdict == "related"
+    assert rels[("activation", "generation")].sentence() in out
+    assert "different failure modes" not in out and "weakly related (Spearman" not in out

@@ -236,3 +236,193 @@ def test_same_seed_same_numbers_twice():
     a = SAGOEvaluator(model, tok, seed=3).evaluate(sets).summary()
     b = SAGOEvaluator(model, tok, seed=3).evaluate(sets).summary()
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+# ------------------------------------------------------------------ issue 12: one process per run, no history lost
+HOLDER = ("import sys, time\nfrom sago_train.io import acquire_run_lock\nacquire_run_lock(sys.argv[1])\n"
+          "print('held', flush=True)\ntime.sleep(300)\n")
+
+
+def _hold_lock(sago_dir: Path):
+    """Another process holding the run directory (the same acquire_run_lock a run uses)."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(sago_dir)], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _small_recipe(tmp_path: Path) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(
+        'sago_train_version: "0.1.0"\nmodel:\n  path: sago://tiny-llama\n'
+        "data:\n  train: sago://demo/groups.jsonl\n  limit: 4\n"
+        "monitor:\n  sets:\n    paraphrase: sago://demo/paraphrase.jsonl\n  eval_steps: 2\n"
+        "  options: {max_groups: 2, max_new_tokens: 2, axes: activation, n_bootstrap: 100}\n"
+        "training:\n  max_steps: 2\n  per_device_train_batch_size: 2\n  use_cpu: true\n  report_to: []\n"
+        '  save_strategy: "no"\n  disable_tqdm: true\n',
+        encoding="utf-8")
+    return path
+
+
+def test_second_process_is_refused_while_the_first_holds_the_directory(tmp_path, caplog):
+    from sago_train.errors import SagoInputError
+
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    holder = _hold_lock(tmp_path / "sago")
+    try:
+        cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+        tr = make_trainer(tmp_path, callbacks=[cb], max_steps=2)
+        with pytest.raises(SagoInputError, match=f"is in use by process {holder.pid} on "):
+            tr.train()
+        assert tr.state.global_step == 0 and not (tmp_path / "sago" / "history.jsonl").exists()
+        res = run_cli_limited(["run", str(_small_recipe(tmp_path)), "--output-dir", str(tmp_path)])
+        assert_one_error_line(res, f"in use by process {holder.pid}", "run.lock")
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder died (as after a SIGKILL): its lock file still names it, and the next run takes it over.
+    assert json.loads((tmp_path / "sago" / "run.lock").read_text())["pid"] == holder.pid
+    cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+    make_trainer(tmp_path, callbacks=[cb], max_steps=2).train()
+    assert f"taking over the stale lock {tmp_path / 'sago' / 'run.lock'} of pid {holder.pid}" in caplog.text
+    assert [h["step"] for h in _history(tmp_path)] == [0, 2]
+    assert (tmp_path / "sago" / "run.lock").read_text() == ""  # released cleanly at train end: nothing stale
+
+
+def test_fresh_run_cannot_replace_another_runs_history(tmp_path):
+    from sago_train.errors import SagoInputError
+
+    make_trainer(tmp_path, callbacks=[SAGOCallback(variant_set(), eval_steps=2, **FAST)], max_steps=2).train()
+    before = (tmp_path / "sago" / "history.jsonl").read_bytes()
+    assert len(before.splitlines()) == 2
+    tr = make_trainer(tmp_path, callbacks=[SAGOCallback(variant_set(), eval_steps=2, **FAST)], max_steps=2)
+    with pytest.raises(SagoInputError, match=r"already holds the SAGO history of another run \(2 evaluation"):
+        tr.train()
+    assert tr.state.global_step == 0
+    assert (tmp_path / "sago" / "history.jsonl").read_bytes() == before
+    # Asked for explicitly: the old history is set aside whole, the new run starts its own.
+    make_trainer(tmp_path, callbacks=[SAGOCallback(variant_set(), eval_steps=2, overwrite=True, **FAST)],
+                 max_steps=2).train()
+    (old,) = (tmp_path / "sago").glob("history.jsonl.*.old")
+    assert old.read_bytes() == before
+    assert [h["step"] for h in _history(tmp_path)] == [0, 2]
+
+
+def test_cli_refuses_a_fresh_run_over_history_before_loading_the_model(tmp_path, capsys):
+    from sago_train.cli.main import main
+
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    recipe, out = _small_recipe(tmp_path), tmp_path / "out"
+    assert main(["run", str(recipe), "--output-dir", str(out)]) == 0
+    before = (out / "sago" / "history.jsonl").read_bytes()
+    res = run_cli_limited(["run", str(recipe), "--output-dir", str(out)])
+    assert_one_error_line(res, "already holds the SAGO history of another run", "--resume", "--overwrite")
+    assert "Loading weights" not in res.stderr  # refused before the model loaded
+    res = run_cli_limited(["run", str(recipe), "--output-dir", str(out), "--resume"])
+    assert_one_error_line(res, "--resume: no checkpoint-* folder in")
+    assert (out / "sago" / "history.jsonl").read_bytes() == before
+    capsys.readouterr()
+    assert main(["run", str(recipe), "--output-dir", str(out), "--overwrite"]) == 0
+    (old,) = (out / "sago").glob("history.jsonl.*.old")
+    assert old.read_bytes() == before and len(_history(out)) == 2
+
+
+def _trainer_without_processing_class(out: Path, callback: SAGOCallback, **kwargs):
+    from transformers import Trainer, TrainingArguments
+
+    from ._trainer import train_dataset
+    from .conftest import make_byte_tokenizer, make_tiny_model
+
+    args = TrainingArguments(output_dir=str(out), max_steps=2, per_device_train_batch_size=8, report_to=[],
+                             save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
+    return Trainer(model=make_tiny_model("llama"), args=args, train_dataset=train_dataset(make_byte_tokenizer()),
+                   callbacks=[callback], **kwargs)
+
+
+def test_callback_without_a_tokenizer_fails_at_train_begin(tmp_path, caplog):
+    """Issue 12 case 8: it used to skip every evaluation with a log line, failures == [] and no history."""
+    from transformers import DataCollatorWithPadding
+
+    from sago_train.errors import SagoInputError
+
+    from .conftest import make_byte_tokenizer
+
+    tr = _trainer_without_processing_class(tmp_path / "a", SAGOCallback(variant_set(), eval_steps=2, **FAST))
+    with pytest.raises(SagoInputError, match=r"no tokenizer: pass processing_class=tokenizer to the Trainer, or "
+                                             r"SAGOCallback\(\.\.\., tokenizer=tokenizer\)"):
+        tr.train()
+    assert tr.state.global_step == 0
+
+    # Soft failures asked for: training goes on, every skipped evaluation is counted.
+    cb = SAGOCallback(variant_set(), eval_steps=2, soft_failures=True, **FAST)
+    tr = _trainer_without_processing_class(tmp_path / "b", cb)
+    tr.train()
+    assert tr.state.global_step == 2
+    assert [f["step"] for f in cb.failures] == [0, 2]
+    assert all("skipped: SAGOCallback has no tokenizer" in f["error"] for f in cb.failures)
+    assert not (tmp_path / "b" / "sago" / "history.jsonl").exists()
+
+    # The data collator's tokenizer is found, and named once at train start; so is an explicit one.
+    tok = make_byte_tokenizer()
+    cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+    _trainer_without_processing_class(tmp_path / "c", cb, data_collator=DataCollatorWithPadding(tok)).train()
+    assert "evaluating with the tokenizer" in caplog.text and "data_collator.tokenizer" in caplog.text
+    assert [h["step"] for h in _history(tmp_path / "c")] == [0, 2] and not cb.failures
+    cb = SAGOCallback(variant_set(), eval_steps=2, tokenizer=tok, **FAST)
+    _trainer_without_processing_class(tmp_path / "d", cb).train()
+    assert [h["step"] for h in _history(tmp_path / "d")] == [0, 2] and not cb.failures
+
+
+
+def test_two_training_processes_on_one_directory(tmp_path):
+    """Issue 12 case 7: two `sago-train run` into one output_dir both exited 0 and one history replaced the
+    other's. Now the second is refused while the first trains, and the first's history is whole."""
+    import subprocess
+    import time
+
+    from ._limited import assert_one_error_line, run_cli_limited
+
+    recipe, out = _small_recipe(tmp_path), tmp_path / "out"
+    # Long enough (~50 evaluations) that the second process starts and checks while the first still trains.
+    recipe.write_text(recipe.read_text().replace("max_steps: 2", "max_steps: 200").replace("eval_steps: 2",
+                                                                                           "eval_steps: 4"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
+           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    first = subprocess.Popen([sys.executable, "-m", "sago_train.cli.main", "run", str(recipe), "--output-dir",
+                              str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = out / "sago" / "run.lock"
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and f'"pid": {first.pid}' in lock.read_text()):
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first run never took the lock"
+            time.sleep(0.1)
+        second = run_cli_limited(["run", str(recipe), "--output-dir", str(out)])
+        running = first.poll() is None
+        _, err = first.communicate(timeout=600)
+    finally:
+        first.kill()
+    assert running, "the first run ended before the second was tried: the test proves nothing"
+    assert_one_error_line(second, f"is in use by process {first.pid}")
+    assert first.returncode == 0, err[-3000:]
+    assert [h["step"] for h in _history(out)] == list(range(0, 201, 4))
+
+
+def test_cli_resume_keeps_the_history_and_continues_it(tmp_path, capsys):
+    from sago_train.cli.main import main
+
+    recipe, out = _small_recipe(tmp_path), tmp_path / "out"
+    save = ["--training.save_strategy", "steps", "--training.save_steps", "2"]
+    assert main(["run", str(recipe), "--output-dir", str(out), *save]) == 0
+    first = (out / "sago" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in first] == [0, 2] and (out / "checkpoint-2").is_dir()
+    capsys.readouterr()
+    assert main(["run", str(recipe), "--output-dir", str(out), "--resume", "--training.max_steps", "4", *save]) == 0
+    assert "resuming from" in capsys.readouterr().out
+    after = (out / "sago" / "history.jsonl").read_text().splitlines()
+    assert after[:2] == first and [json.loads(x)["step"] for x in after] == [0, 2, 4]

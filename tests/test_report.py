@@ -330,3 +330,34 @@ def test_report_findings_are_computed_per_set_from_records(tmp_path, capsys):
     row = next(line for line in section.splitlines() if line.startswith("| activation |"))
     assert row.startswith("| activation | 1 | 1 | 1 | 0 | ")
     assert "B beats A on setY, the reverse on setX" in row or "A beats B on setX, the reverse on setY" in row
+
+
+def test_paired_comparison_flags_a_collapse_of_the_between_group_dispersion(tmp_path, capsys):
+    """A run whose groups all moved closer to the other groups (lower between-group distance) is flagged as a
+    collapse, with scipy's Wilcoxon p-value, even when its raw activation looks 'more stable'."""
+    import scipy.stats as sps
+
+    rng = np.random.default_rng(1)
+    n = 12
+    between = rng.uniform(0.3, 0.5, n)
+    act = rng.uniform(0.1, 0.3, n)
+    rel = act / 0.4
+    a = write_eval_dir(tmp_path / "A", {"s": {"activation": list(act), "activation_rel": list(rel)}})
+    b = write_eval_dir(tmp_path / "B", {"s": {"activation": list(act * 0.5), "activation_rel": list(rel)}})
+    for path, values in ((a, between), (b, between * 0.5)):
+        recs = [json.loads(x) for x in (path / "s.jsonl").read_text().splitlines()]
+        for r, v in zip(recs, values):
+            r["extra"] = {"activation_rel_between": float(v)}
+        _write_jsonl(path / "s.jsonl", recs)
+    code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    from sago_train.compare import load_sources
+    from sago_train.report import paired_against_first
+
+    rows = {r["axis"]: r for r in paired_against_first(load_sources([a, b], last_only=True))}
+    assert rows["between_dispersion"]["verdict"] == "B less dispersed (collapse)"
+    assert rows["between_dispersion"]["p_more_stable"] == pytest.approx(
+        sps.wilcoxon(between * 0.5 - between, alternative="less").pvalue)
+    assert rows["activation"]["verdict"] == "B more stable" and rows["activation_rel"]["verdict"] == \
+        "no significant difference"
+    assert "s/between_dispersion: B less dispersed (collapse) than A" in out

@@ -41,8 +41,11 @@ def _activation(g: GroupInputs) -> AxisValue:
 
 # ---------------------------------------------------------------------------------------------------- relative
 def unit_vectors(hidden: torch.Tensor) -> torch.Tensor:
-    """``u = h / ||h||`` in float32 (zero vectors stay zero), the same normalization as the activation axis."""
-    v = hidden.float()
+    """``u = h / ||h||`` in float64 (zero vectors stay zero). The ratio divides by a between-group
+    dispersion that is small under anisotropy, so it is computed from float64 unit vectors: float32 ones
+    carry ``||u||^2 = 1 +- 1e-7``, which shifts ``1 - mean cos`` by that much (a negative within-group
+    dispersion for identical variants) and, divided by a small between-group dispersion, the ratio by ~1e-5."""
+    v = hidden.double()
     return v * torch.rsqrt((v * v).sum(-1, keepdim=True).clamp_min(_EPS))
 
 
@@ -50,7 +53,7 @@ def group_partial(hidden: torch.Tensor) -> dict[str, Any]:
     """The additive statistics one group ``[K, L, H]`` contributes to its set's between-group dispersion:
     ``sum`` = s_g per layer ``[L, H]``, ``sq`` = ||s_g||^2 per layer ``[L]``, ``m`` = K, ``k2`` = K^2.
     Sums of these over the groups give s, sum_g ||s_g||^2, M and sum_g K_g^2 (float64)."""
-    s_g = unit_vectors(hidden).double().sum(0).numpy()  # [L, H]
+    s_g = unit_vectors(hidden).sum(0).numpy()  # [L, H]
     k = int(hidden.shape[0])
     return {"sum": s_g, "sq": (s_g * s_g).sum(-1), "m": k, "k2": k * k, "groups": 1}
 
@@ -69,18 +72,29 @@ def between_dispersion(totals: dict[str, Any]) -> np.ndarray:
 def within_dispersion(hidden: torch.Tensor) -> dict[str, np.ndarray]:
     """The group's unclipped ``A_l`` per layer (``within``, ``[L]``) and each variant's mean cosine distance
     to the others per layer (``per_variant``, ``[L, K]``): all ``activation_rel`` needs from the group's
-    hidden states once the set's between-group dispersion is known.
-
-    The same formulas as the activation axis, but summed in float64 from the float32 unit vectors: the
-    ratio divides by a between-group dispersion that is small under anisotropy, which would magnify the
-    float32 cancellation in ``1 - ||mean u||^2`` (about 1e-5 on the ratio at cosines near 0.97)."""
-    u = unit_vectors(hidden).double().transpose(0, 1)  # [L, K, H]
+    hidden states once the set's between-group dispersion is known. The activation axis's formulas, in
+    float64 (see :func:`unit_vectors`)."""
+    u = unit_vectors(hidden).transpose(0, 1)  # [L, K, H]
     k = u.shape[1]
     s = u.sum(1, keepdim=True)  # [L, 1, H]
     norms = (u * u).sum(-1)  # [L, K]: 1, or 0 for a zero vector (cos := 0, as in the activation axis)
     within = 1.0 - (((s * s).sum(-1).squeeze(1) - norms.sum(-1)) / (k * (k - 1)))
     per_variant = 1.0 - ((u * s).sum(-1) - norms) / (k - 1)
-    return {"within": within.numpy(), "per_variant": per_variant.numpy()}
+    return {"within": within.numpy(), "per_variant": per_variant.numpy(), "sum": s.squeeze(1).numpy()}
+
+
+def group_between(within: dict[str, np.ndarray], totals: dict[str, Any]) -> np.ndarray:
+    """One group's mean cosine distance to the variants of every *other* group of the set, per layer:
+    ``1 - s_g . (s - s_g) / (K_g (M - K_g))``. The set's between-group dispersion is the average of these
+    weighted by ``K_g (M - K_g)`` (the plain mean when every group has the same K); per group, it lets two
+    models be compared with a paired test (did a fine-tune pull unrelated prompts together?)."""
+    s_g = within["sum"]
+    k = within["per_variant"].shape[1]
+    others = float(totals["m"]) - k
+    if others <= 0:
+        return np.full(s_g.shape[0], math.nan)
+    s = np.asarray(totals["sum"], dtype=np.float64)
+    return 1.0 - (s_g * (s - s_g)).sum(-1) / (k * others)
 
 
 def relative_value(within: dict[str, np.ndarray], between: np.ndarray) -> AxisValue:
@@ -98,18 +112,23 @@ def relative_value(within: dict[str, np.ndarray], between: np.ndarray) -> AxisVa
 
 
 def activation_relative(groups: list[torch.Tensor]) -> tuple[list[AxisValue], np.ndarray]:
-    """``activation_rel`` of every group of a set (each ``[K_g, L, H]``) and the set's between-group
-    dispersion per layer: the evaluator's computation in one call, for scripts and tests."""
+    """``activation_rel`` of every group of a set (each ``[K_g, L, H]``; ``extra["between"]`` = the group's
+    own distance to the other groups, see :func:`group_between`) and the set's between-group dispersion per
+    layer: the evaluator's computation in one call, for scripts and tests."""
     totals: dict[str, Any] = {}
     for h in groups:
         for key, v in group_partial(h).items():
             totals[key] = totals[key] + v if key in totals else v
-    between = between_dispersion(totals) if totals else np.array([])
-    return [relative_value(within_dispersion(h), between) for h in groups], between
+    if not totals:
+        return [], np.array([])
+    values = [_finalize_relative(AxisValue(math.nan, [], pending=within_dispersion(h)), totals) for h in groups]
+    return values, between_dispersion(totals)
 
 
 def _finalize_relative(value: AxisValue, totals: dict[str, Any]) -> AxisValue:
-    return relative_value(value.pending, between_dispersion(totals))
+    out = relative_value(value.pending, between_dispersion(totals))
+    out.extra["between"] = float(np.mean(group_between(value.pending, totals)))
+    return out
 
 
 def _summarize_relative(totals: dict[str, Any]) -> dict[str, Any]:

@@ -11,20 +11,45 @@ import numpy as np
 from ..errors import unknown_name_error
 from ..text import normalize, words
 
-MATCH_MODES = ("prefix", "exact", "contains")
-_LABEL = re.compile(r"^\(?([a-z]|\d{1,2})[\).:]?$")
+#: ``auto`` resolves per variant: ``contains`` for a chat-rendered prompt, ``prefix`` for a plain completion.
+MATCH_MODES = ("auto", "prefix", "contains", "exact")
+
+# A label written as a label: the whole answer ("B", "(B)", "B.", "B)", "B:"), a leading label with its
+# punctuation ("(B) red", "B) red", "B. red", "B: red"), or after an answer phrase ("The answer is B",
+# "Answer: (B)", "the correct option is B"). Letters must be capitals; "A" and "I" followed by a lowercase
+# word are an article or a pronoun ("A cat.", "I think"), never a label.
+_WHOLE = re.compile(r"^\s*\(?([A-Za-z]|\d{1,2})[\).:]?\s*$")
+_LEADING = re.compile(r"^\s*(?:\(([A-Z]|\d{1,2})\)|([A-Z]|\d{1,2})[\).:])(?=\s|$)")
+_PHRASE = re.compile(
+    r"(?i:\banswer\b|\bcorrect (?:option|choice)\b)\s*(?:(?i:is)\s*)?:?\s*(?:(?i:option|choice)\s+)?"
+    r"\(?([A-Z]|\d{1,2})\b\)?(\s+[a-z])?"
+)
+
+
+def resolve_match_mode(mode: str, chat_rendered: bool) -> str:
+    """The match mode used for one variant: ``auto`` -> ``contains`` when its prompt was chat-rendered,
+    else ``prefix``; any other mode as it is."""
+    if mode not in MATCH_MODES:
+        raise unknown_name_error("correctness mode", mode, MATCH_MODES, key="correctness")
+    if mode == "auto":
+        return "contains" if chat_rendered else "prefix"
+    return mode
 
 
 def is_correct(output: str, reference: str, mode: str = "prefix") -> bool:
     """Whether ``output`` answers ``reference``: ``prefix`` (the reference's normalized words start the
-    output's), ``exact`` (normalized strings equal) or ``contains`` (the words appear contiguously).
+    output's), ``exact`` (normalized strings equal) or ``contains`` (the words appear contiguously, on word
+    boundaries). ``auto`` is resolved by the caller (:func:`resolve_match_mode`).
 
     Example:
         >>> is_correct(" Paris, of course.", " Paris")
         True
+        >>> is_correct("The capital of France is Paris.", "Paris", "contains")
+        True
     """
-    if mode not in MATCH_MODES:
-        raise unknown_name_error("correctness mode", mode, MATCH_MODES, key="correctness")
+    if mode not in MATCH_MODES or mode == "auto":
+        raise unknown_name_error("correctness mode", mode, [m for m in MATCH_MODES if m != "auto"],
+                                 key="correctness")
     ref, out = words(reference), words(output)
     if mode == "exact":
         return normalize(output) == normalize(reference)
@@ -32,37 +57,70 @@ def is_correct(output: str, reference: str, mode: str = "prefix") -> bool:
         return False
     if mode == "prefix":
         return out[: len(ref)] == ref
-    return any(out[i : i + len(ref)] == ref for i in range(len(out) - len(ref) + 1))
+    return _occurs(ref, out)
+
+
+def _occurs(needle: list[str], hay: list[str]) -> bool:
+    return any(hay[i : i + len(needle)] == needle for i in range(len(hay) - len(needle) + 1))
+
+
+def _label_index(label: str, n: int, numeric_options: bool) -> int | None:
+    if label.isdigit():
+        if numeric_options:  # with options "3", "4", an answer "4" is the option "4", not the fourth one
+            return None
+        idx = int(label) - 1
+    else:
+        idx = ord(label.upper()) - ord("A")
+    return idx if 0 <= idx < n else None
+
+
+def choice_label(output: str, n_choices: int, numeric_options: bool = False) -> int | None:
+    """The option index an output names by its label (SPEC: only where written as a label), else None.
+
+    Example:
+        >>> choice_label("The answer is B.", 4), choice_label("A cat.", 4), choice_label("(c)", 4)
+        (1, None, 2)
+    """
+    m = _WHOLE.match(output)
+    if m:
+        return _label_index(m.group(1), n_choices, numeric_options)
+    m = _LEADING.match(output)
+    if m:
+        return _label_index(m.group(1) or m.group(2), n_choices, numeric_options)
+    for m in _PHRASE.finditer(output):
+        label, next_word = m.group(1), m.group(2)
+        if label in ("A", "I") and next_word:  # "the answer is a cat": an article, not option A
+            continue
+        idx = _label_index(label, n_choices, numeric_options)
+        if idx is not None:
+            return idx
+    return None
 
 
 def choice_index(output: str, choices: Sequence[str]) -> int | None:
-    """Map a generated answer to a choice: a leading label (``A``, ``b)``, ``2.``) or a choice's text at
-    the start of the output. None when nothing matches."""
-    out = words(output)
-    if not out:
+    """Map a generated answer to a choice: its label where written as a label ("B", "(B)", "B.", "B)",
+    "Answer: B", "The answer is B"), else the option whose text occurs in the output when exactly one does
+    (an option contained in a longer occurring option, "New York" in "New York City", does not count).
+    None when nothing matches or the output is ambiguous."""
+    if not output.strip():
         return None
-    # A choice's own text first (longest first, so "New York City" wins over "New York"): with numeric
-    # options such as ["4", "5"], an answer "4" means the option "4", not the fourth option.
-    for i in sorted(range(len(choices)), key=lambda i: -len(words(choices[i]))):
-        cw = words(choices[i])
-        if cw and out[: len(cw)] == cw:
-            return i
-    first = output.strip().split()[0].lower()
-    m = _LABEL.match(first)
-    if m:
-        label = m.group(1)
-        idx = ord(label) - ord("a") if label.isalpha() else int(label) - 1
-        if 0 <= idx < len(choices):
-            return idx
-    return None
+    numeric = any(c.strip().isdigit() for c in choices)
+    label = choice_label(output, len(choices), numeric_options=numeric)
+    if label is not None:
+        return label
+    out = words(output)
+    found = [i for i, c in enumerate(choices) if words(c) and _occurs(words(c), out)]
+    found = [i for i in found if not any(j != i and _occurs(words(choices[i]), words(choices[j])) for j in found)]
+    return found[0] if len(found) == 1 else None
 
 
 def variant_correct(
     output: str, *, reference: str | None, choices: Sequence[str] | None, answer: int | None, mode: str
 ) -> bool | None:
-    """Per-variant correctness, or None when the group has neither a reference nor choices."""
-    if choices is not None and answer is not None:
-        return choice_index(output, choices) == answer
+    """Per-variant correctness, or None when the group has none: no reference and no choices, or choices
+    without an answer (SPEC: never counted as wrong). ``mode`` is a resolved mode (not ``auto``)."""
+    if choices is not None:
+        return None if answer is None else choice_index(output, choices) == answer
     if reference is not None:
         return is_correct(output, reference, mode)
     return None
@@ -71,9 +129,9 @@ def variant_correct(
 def correctness_summary(correct: Sequence[Sequence[bool]], kinds: Sequence[str] | None) -> dict[str, Any]:
     """Aggregate per-variant correctness of the groups that have it.
 
-    Returns accuracy overall, per kind (when kinds align), worst-variant accuracy (a group counts only if
-    every variant is right), spread (max - min accuracy over kinds), and the share of groups whose variants
-    all agree (all right or all wrong).
+    Returns accuracy overall and per kind (when kinds align), worst-variant accuracy (the lowest per-kind
+    accuracy; per variant position when there are no kinds), spread (max - min accuracy over kinds), and the
+    share of groups whose variants are all right (``all_right``), all wrong, or either (``consistent``).
     """
     rows = [list(map(bool, c)) for c in correct]
     if not rows:
@@ -82,7 +140,6 @@ def correctness_summary(correct: Sequence[Sequence[bool]], kinds: Sequence[str] 
     out: dict[str, Any] = {
         "n": len(rows),
         "accuracy": float(np.mean(flat)),
-        "worst_variant_accuracy": float(np.mean([all(r) for r in rows])),
         "all_right": float(np.mean([all(r) for r in rows])),
         "all_wrong": float(np.mean([not any(r) for r in rows])),
     }
@@ -95,4 +152,11 @@ def correctness_summary(correct: Sequence[Sequence[bool]], kinds: Sequence[str] 
         acc = {k: float(np.mean(v)) for k, v in per_kind.items()}
         out["per_kind"] = acc
         out["spread"] = max(acc.values()) - min(acc.values())
+        out["worst_variant_accuracy"] = min(acc.values())
+    else:
+        per_position: dict[int, list[bool]] = {}
+        for r in rows:
+            for k, x in enumerate(r):
+                per_position.setdefault(k, []).append(x)
+        out["worst_variant_accuracy"] = min(float(np.mean(v)) for v in per_position.values())
     return out

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape as esc
 
     from ..compare import load_sources
-    from ..report import write_report
+    from ..report import is_significant, write_report
 
     sources = load_sources(args.dirs)
     out = Path(args.out) if args.out is not None else default_out(sources[0])
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  {esc(str(png))}")
     for note in result.notes:
         console.print(f"  note: {esc(note)}")
-    significant = [r for r in result.comparisons if r.get("n") and r["verdict"].endswith("stable")]
+    significant = [r for r in result.comparisons if is_significant(r)]
     for r in significant:
         console.print(f"  {esc(r['set'])}/{r['axis']}: {esc(r['verdict'])} than {esc(r['reference'])} "
                       f"(difference {r['mean_diff']:+.3g})")

@@ -34,6 +34,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                   "training.output_dir is set")
     p.add_argument("--output-dir", help="where the run writes (overrides training.output_dir)")
     p.add_argument("--dry-run", action="store_true", help="build everything and compute one batch's loss, no training")
+    p.add_argument("--resume", action="store_true",
+                   help="resume from the last checkpoint-* in the output directory (its SAGO history is kept)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh in an output directory that holds another run's SAGO history (the old "
+                        "history.jsonl is kept beside it as history.jsonl.<time>.old)")
     p.set_defaults(func=run)
     return p
 
@@ -41,7 +46,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from rich.console import Console
 
-    from ..recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe
+    from ..io import acquire_run_lock, check_output_dir, release_run_lock
+    from ..monitoring import claim_history
+    from ..recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
     from ..runner import build_trainer, dry_run, save_resolved
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
@@ -51,24 +58,41 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         if misplaced is not None:
             raise SagoInputError(f"recipe not found: {args.recipe}",
                                  hint=f"put the recipe first: sago-train run {misplaced} --section.key VALUE ...")
+    if args.resume and args.overwrite:
+        raise SagoInputError("--resume and --overwrite contradict each other", hint="resume keeps the history")
+    if args.name is not None:
+        validate_run_name(args.name, key="--name")
     data = apply_overrides(load_yaml(args.recipe), parse_overrides(overrides))
     if args.name:
         data["name"] = args.name
     recipe = parse_recipe(data, source=args.recipe)
     console = Console(width=None if sys.stdout.isatty() else 110)
-    output_dir = args.output_dir or recipe.training.get("output_dir") or f"runs/{recipe.name}"
-    trainer = build_trainer(recipe, output_dir=output_dir)
-    if args.dry_run:
-        loss = dry_run(trainer)
-        console.print(f"dry run of '{recipe.name}' OK: {type(trainer).__name__}, one batch loss {loss:.4f}")
-        return 0
-    save_resolved(recipe, data, output_dir)
-    console.print(f"[bold]sago-train run[/bold] '{recipe.name}' -> {output_dir}")
+    output_dir = str(args.output_dir or recipe.training.get("output_dir") or Path("runs") / recipe.name)
+    # Outputs are checked before the model loads: an unwritable or occupied directory fails in a second.
+    check_output_dir(output_dir)
+    sago_dir = Path(output_dir) / "sago"
+    resume = _resume_checkpoint(output_dir) if args.resume else recipe.training.get("resume_from_checkpoint")
+    if not args.dry_run:
+        acquire_run_lock(sago_dir)
     try:
-        trainer.train()
-        trainer.save_model(output_dir)
+        if not (resume or args.overwrite):  # refused here, before the model loads; the callback moves it aside
+            claim_history(sago_dir, resuming=False, overwrite=False)
+        trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite)
+        if args.dry_run:
+            loss = dry_run(trainer)
+            console.print(f"dry run of '{recipe.name}' OK: {type(trainer).__name__}, one batch loss {loss:.4f}")
+            return 0
+        save_resolved(recipe, data, output_dir)
+        console.print(f"[bold]sago-train run[/bold] '{recipe.name}' -> {output_dir}"
+                      + (f" (resuming from {resume})" if resume else ""))
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+            trainer.save_model(output_dir)
+        finally:
+            _finish_wandb(trainer)
     finally:
-        _finish_wandb(trainer)
+        if not args.dry_run:
+            release_run_lock(sago_dir)
     from ..callback import SAGOCallback
 
     cb = next((c for c in trainer.callback_handler.callbacks if isinstance(c, SAGOCallback)), None)
@@ -80,13 +104,24 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         console.print(f"history: {output_dir}/sago/history.jsonl; report: sago-train report {output_dir}")
     if cb is not None and cb.failures and trainer.is_world_process_zero():
         console.print(f"[yellow]{len(cb.failures)} SAGO evaluation(s) failed and were skipped:[/yellow] "
-                      + "; ".join(f"step {f['step']}: {f['error']}" for f in cb.failures))
+                      + "; ".join(f"step {f['step']}: {f['error'][:300]}" for f in cb.failures))
     import torch
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
+
+
+def _resume_checkpoint(output_dir: str) -> str:
+    """The last ``checkpoint-*`` folder of the output directory, for ``--resume``."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if last is None:
+        raise SagoInputError(f"--resume: no checkpoint-* folder in {output_dir}",
+                             hint="a run saves checkpoints with training.save_strategy: steps")
+    return last
 
 
 def _finish_wandb(trainer: Any) -> None:

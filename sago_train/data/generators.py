@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError, did_you_mean, unknown_name_error
+from ..limits import read_bounded_text
 from .groups import VariantGroup, VariantSet, read_jsonl, type_name, validate_set_name
 
 __all__ = [
@@ -1159,12 +1160,9 @@ def load_text_list(path: str | os.PathLike[str], *, what: str = "templates") -> 
     """
     p = Path(path)
     src = str(p)
-    if not p.is_file():
+    if not p.exists():  # a FIFO or device exists and is refused by read_bounded_text, without blocking
         raise SagoInputError(f"file not found: {p}", key=what, hint="check the path")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise SagoInputError("not valid UTF-8", source=src, hint="save the file as UTF-8") from None
+    text = read_bounded_text(p, what="text file")  # bounded: never a FIFO or device, at most MAX_SET_FILE_BYTES
     suffix = p.suffix.lower()
     if suffix in (".json", ".yaml", ".yml"):
         try:
@@ -1220,11 +1218,11 @@ def load_examples(path: str | os.PathLike[str]) -> list[Example]:
     """
     p = Path(path)
     if p.suffix.lower() == ".json":
-        if not p.is_file():
+        if not p.exists():
             raise SagoInputError(f"file not found: {p}", hint="check the path")
         try:
-            data = json.loads(p.read_text(encoding="utf-8-sig"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            data = json.loads(read_bounded_text(p, what="examples file"))
+        except json.JSONDecodeError as err:
             raise SagoInputError(f"cannot parse JSON: {err}", source=str(p)) from None
         if not isinstance(data, list):
             raise SagoInputError(f"expected a list of examples, got {type_name(data)}", source=str(p))

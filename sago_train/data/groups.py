@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SagoInputError, did_you_mean
+from ..errors import SagoInputError, did_you_mean, short_repr, unknown_name_error
+from ..limits import (
+    MAX_LINE_BYTES,
+    MAX_SET_FILE_BYTES,
+    MAX_VARIANT_CHARS,
+    MAX_VARIANTS_PER_GROUP,
+    human_bytes,
+    open_regular_file,
+)
 
 Message = dict[str, str]
 Variant = str | list[Message]
@@ -31,7 +39,8 @@ def validate_set_name(name: str, **where: Any) -> str:
     """Check that ``name`` is safe as a file name component and return it."""
     if not isinstance(name, str) or not _SET_NAME.match(name) or ".." in name:
         raise SagoInputError(
-            f"invalid set name {name!r}: expected letters, digits, '_', '-' or '.', starting with a letter or digit",
+            f"invalid set name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
+            "letter or digit",
             hint="set names become file names, so they cannot contain '/' or '..'",
             **where,
         )
@@ -44,6 +53,22 @@ def type_name(value: Any) -> str:
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
         type(value), type(value).__name__
     )
+
+
+def variant_chars(variant: Any) -> int:
+    """Characters in a variant: the string, or all message contents of a chat variant."""
+    if isinstance(variant, str):
+        return len(variant)
+    return sum(len(m.get("content", "")) for m in variant if isinstance(m, Mapping))
+
+
+def too_long_variant(group: VariantGroup, max_chars: int = MAX_VARIANT_CHARS) -> int | None:
+    """The index of the first variant longer than ``max_chars`` characters, else None. Such a group is
+    skipped and counted before anything tokenizes it (tokenizing megabytes can exhaust memory)."""
+    for i, x in enumerate(group.variants):
+        if variant_chars(x) > max_chars:
+            return i
+    return None
 
 
 @dataclass
@@ -119,7 +144,8 @@ class VariantGroup:
         for key in record:
             if key not in GROUP_KEYS:
                 raise SagoInputError(
-                    f"unknown key '{key}'.{did_you_mean(str(key), GROUP_KEYS)} Valid keys: {', '.join(GROUP_KEYS)}",
+                    f"unknown key {short_repr(key)}.{did_you_mean(str(key)[:100], GROUP_KEYS)} "
+                    f"Valid keys: {', '.join(GROUP_KEYS)}",
                     hint="put extra fields under 'meta'",
                     **where,
                 )
@@ -156,7 +182,7 @@ def _check_message_list(value: list[Any], i: int) -> None:
         role, content = msg.get("role"), msg.get("content")
         if role not in CHAT_ROLES:
             raise SagoInputError(
-                f"variant {i}, message {j}: role {role!r} is not one of {', '.join(CHAT_ROLES)}."
+                f"variant {i}, message {j}: role {short_repr(role)} is not one of {', '.join(CHAT_ROLES)}."
                 + (did_you_mean(role, CHAT_ROLES) if isinstance(role, str) else ""),
                 key="variants",
             )
@@ -177,6 +203,11 @@ def validate_group(g: VariantGroup) -> None:
             key="variants",
             hint="stability is measured across variants of the same input",
         )
+    if len(v) > MAX_VARIANTS_PER_GROUP:
+        raise SagoInputError(
+            f"a variant group has at most {MAX_VARIANTS_PER_GROUP} variants (MAX_VARIANTS_PER_GROUP), got {len(v)}",
+            key="variants", hint="split it into several groups",
+        )
     for i, x in enumerate(v):
         if isinstance(x, str):
             if not x.strip():
@@ -187,6 +218,13 @@ def validate_group(g: VariantGroup) -> None:
             raise SagoInputError(
                 f"variant {i}: expected a string or a list of chat messages, got {type_name(x)}", key="variants"
             )
+        # Records from files were checked while reading; Python objects are checked here.
+        found = find_lone_surrogate(x)
+        if found is not None:
+            raise SagoInputError(
+                f"variant {i} contains a lone UTF-16 surrogate '{found[1].encode('unicode_escape').decode()}', "
+                "which is not valid Unicode text", key="variants",
+            )
     if g.kinds is not None:
         if not isinstance(g.kinds, list) or not all(isinstance(s, str) for s in g.kinds):
             raise SagoInputError(f"expected a list of strings, got {type_name(g.kinds)}", key="kinds")
@@ -196,7 +234,7 @@ def validate_group(g: VariantGroup) -> None:
             )
     if isinstance(g.canonical, bool) or not isinstance(g.canonical, int) or not 0 <= g.canonical < len(v):
         raise SagoInputError(
-            f"expected a variant index in [0, {len(v) - 1}], got {g.canonical!r}", key="canonical"
+            f"expected a variant index in [0, {len(v) - 1}], got {short_repr(g.canonical)}", key="canonical"
         )
     if g.reference is not None:
         if not isinstance(g.reference, str):
@@ -221,7 +259,7 @@ def validate_group(g: VariantGroup) -> None:
         for a in answers:
             if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(g.choices):
                 raise SagoInputError(
-                    f"expected a choice index in [0, {len(g.choices) - 1}], got {a!r}", key="answer"
+                    f"expected a choice index in [0, {len(g.choices) - 1}], got {short_repr(a)}", key="answer"
                 )
     if not isinstance(g.meta, dict):
         raise SagoInputError(f"expected an object, got {type_name(g.meta)}", key="meta")
@@ -231,42 +269,102 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid JSON number")
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors."""
+# A JSON escape of a UTF-16 surrogate: only lines containing one can decode to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def find_lone_surrogate(value: Any, path: str = "") -> tuple[str, str] | None:
+    """``(where, char)`` of the first lone UTF-16 surrogate in a parsed JSON value, else None. JSON's
+    ``"\\ud800"`` decodes to one; it is not valid Unicode, so no tokenizer or UTF-8 writer accepts it."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            found = _LONE_SURROGATE.search(item)
+            if found:
+                return where, found.group()
+        elif isinstance(item, Mapping):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(list(item.items())))
+            stack.extend((where, k) for k in item)
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def read_jsonl(
+    path: str | os.PathLike[str],
+    *,
+    max_file_bytes: int = MAX_SET_FILE_BYTES,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    what: str = "JSONL file",
+) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors.
+
+    The file is streamed one line at a time: a non-regular file (FIFO, device) or one larger than
+    ``max_file_bytes`` is refused before reading, and a line longer than ``max_line_bytes`` is refused
+    without being held whole."""
     p = Path(path)
-    if not p.exists():
-        raise SagoInputError(f"file not found: {p}", hint="check the path")
-    if p.is_dir():
-        raise SagoInputError(f"{p} is a directory, expected a JSONL file")
-    raw = p.read_bytes()
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]  # a UTF-8 byte-order mark is harmless; accept it
-    elif raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+    limit_name = "MAX_SET_FILE_BYTES" if max_file_bytes == MAX_SET_FILE_BYTES else ""
+    with open_regular_file(p, max_bytes=max_file_bytes, what=what, limit_name=limit_name) as f:
+        total = 0
+        lineno = 0
+        while True:
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            lineno += 1
+            total += len(raw)
+            if len(raw) > max_line_bytes:
+                raise SagoInputError(
+                    f"line longer than the limit of {human_bytes(max_line_bytes)} (MAX_LINE_BYTES)",
+                    source=str(p), line=lineno, hint="each line must be one JSON object of reasonable size",
+                )
+            if total > max_file_bytes:  # the file grew while it was read
+                raise SagoInputError(f"file longer than the limit of {human_bytes(max_file_bytes)}",
+                                     source=str(p), line=lineno, hint="split it into smaller files")
+            if lineno == 1:
+                if raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]  # a UTF-8 byte-order mark is harmless; accept it
+                elif raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                    raise SagoInputError(
+                        "not valid UTF-8: the file is UTF-16 (it starts with a UTF-16 byte-order mark)",
+                        source=str(p), line=1, hint="save the file as UTF-8",
+                    )
+            if not raw.strip():
+                continue
+            yield lineno, _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
+
+
+def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise SagoInputError(
-            "not valid UTF-8: the file is UTF-16 (it starts with a UTF-16 byte-order mark)",
-            source=str(p), line=1, hint="save the file as UTF-8",
-        )
-    for lineno, line in enumerate(raw.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as err:
+            f"not valid UTF-8 (byte {err.start})", source=source, line=lineno, hint="save the file as UTF-8"
+        ) from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise SagoInputError(
+            "malformed JSON: nested too deeply", source=source, line=lineno, hint="each line must be one JSON object"
+        ) from None
+    except (json.JSONDecodeError, ValueError) as err:
+        msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+        col = f" (column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
+        raise SagoInputError(
+            f"malformed JSON: {msg}{col}", source=source, line=lineno, hint="each line must be one JSON object"
+        ) from None
+    if _SURROGATE_ESCAPE.search(raw):
+        found = find_lone_surrogate(value)
+        if found is not None:
+            where, char = found
             raise SagoInputError(
-                f"not valid UTF-8 (byte {err.start})", source=str(p), line=lineno, hint="save the file as UTF-8"
-            ) from None
-        try:
-            yield lineno, json.loads(text, parse_constant=_reject_constant)
-        except RecursionError:
-            raise SagoInputError(
-                "malformed JSON: nested too deeply", source=str(p), line=lineno, hint="each line must be one JSON object"
-            ) from None
-        except (json.JSONDecodeError, ValueError) as err:
-            msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
-            col = f" (column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
-            raise SagoInputError(
-                f"malformed JSON: {msg}{col}", source=str(p), line=lineno, hint="each line must be one JSON object"
-            ) from None
+                f"a lone UTF-16 surrogate '{char.encode('unicode_escape').decode()}' is not valid Unicode text",
+                source=source, line=lineno, key=where or None,
+                hint="write the character itself, or a surrogate pair for characters outside the BMP",
+            )
+    return value
 
 
 @dataclass
@@ -292,7 +390,7 @@ class VariantSet:
             if g.id in seen:
                 line = g.meta.get("_line") if isinstance(g.meta, dict) else None
                 raise SagoInputError(
-                    f"duplicate id '{g.id}' (first seen in group {seen[g.id]})",
+                    f"duplicate id {short_repr(g.id)} (first seen in group {seen[g.id]})",
                     source=self.source,
                     line=line,
                     key="id",
@@ -336,11 +434,11 @@ class VariantSet:
         p = Path(path)
         groups: list[VariantGroup] = []
         lines: dict[str, int] = {}
-        for i, (lineno, rec) in enumerate(read_jsonl(p)):
+        for i, (lineno, rec) in enumerate(read_jsonl(p, what="variant set")):
             g = VariantGroup.from_dict(rec, index=i, source=str(p), line=lineno)
             if g.id in lines:
                 raise SagoInputError(
-                    f"duplicate id '{g.id}' (first on line {lines[g.id]})",
+                    f"duplicate id {short_repr(g.id)} (first on line {lines[g.id]})",
                     source=str(p),
                     line=lineno,
                     key="id",
@@ -416,15 +514,25 @@ def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:
     return out
 
 
-def bundled_set_paths() -> dict[str, Path]:
-    """The example sets shipped with the package (``sago_train/assets/sets/*.jsonl``)."""
+#: Collections of bundled sets: ``tiny`` probes the shipped tiny model (``assets/sets/*.jsonl``), ``real``
+#: the real instruct model ``sago://smollm2-135m-instruct`` (``assets/sets/real/*.jsonl``: questions with
+#: short references, kinds canonical/paraphrase/format/typo).
+BUNDLED_COLLECTIONS = ("tiny", "real")
+
+
+def bundled_set_paths(collection: str = "tiny") -> dict[str, Path]:
+    """The example sets shipped with the package, by collection (:data:`BUNDLED_COLLECTIONS`)."""
+    if collection not in BUNDLED_COLLECTIONS:
+        raise unknown_name_error("bundled set collection", collection, BUNDLED_COLLECTIONS, key="set")
     root = Path(__file__).resolve().parent.parent / "assets" / "sets"
+    if collection == "real":
+        root = root / "real"
     return {p.stem: p for p in sorted(root.glob("*.jsonl"))}
 
 
-def bundled_sets() -> dict[str, VariantSet]:
-    """Load the example sets shipped with the package."""
-    return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths().items()}
+def bundled_sets(collection: str = "tiny") -> dict[str, VariantSet]:
+    """Load the example sets shipped with the package (``collection``: ``tiny`` or ``real``)."""
+    return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths(collection).items()}
 
 
 def is_finite_number(x: Any) -> bool:

@@ -1,0 +1,109 @@
+"""Limits on what sago_train reads, declared once (RELIABILITY.md states them), and the one way user files are
+opened: a regular file only, never read past its limit.
+
+A hostile or careless input (``/dev/zero``, a FIFO with no writer, a 50 MB line, a "billion laughs" YAML)
+must end in one clear error or a counted skip, in bounded time and memory, never in a hang or an
+out-of-memory crash.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import SagoInputError
+
+MiB = 1024 * 1024
+
+# One JSONL line (one variant group, training record or example). Generous enough for a group with a few
+# variants of MAX_VARIANT_CHARS each; what lies beyond is refused while reading, never held whole.
+MAX_LINE_BYTES = 64 * MiB
+# A variant set or a generator-examples file. A set this size holds far more groups than one evaluation
+# runs (see SAGOConfig.max_groups) and parses in well under 2 GB of memory.
+MAX_SET_FILE_BYTES = 128 * MiB
+# Training data (data.train / data.eval of a recipe): loaded whole into the training dataset, so bounded too.
+MAX_TRAIN_FILE_BYTES = 4096 * MiB
+# Variants per group: a group is evaluated in one piece.
+MAX_VARIANTS_PER_GROUP = 1024
+# A variant (string, or all message contents of a chat variant) longer than this is not tokenized: its
+# group is skipped and counted (SPEC "Data": nothing is silently dropped). 1M characters is ~250k tokens,
+# beyond the context of the models sago_train targets; tokenizing much more can exhaust memory.
+MAX_VARIANT_CHARS = 1_000_000
+# Prompt tokens allowed when the model does not declare its context length (otherwise its context applies).
+MAX_VARIANT_TOKENS = 262_144
+# A recipe file, and its size once YAML aliases are expanded (values + characters of strings, each alias
+# counted as often as it is used): a "billion laughs" recipe is refused instead of expanded.
+MAX_RECIPE_BYTES = 1 * MiB
+MAX_RECIPE_EXPANDED = 1_000_000
+# Characters of a user value quoted in an error message (see errors.short_repr), and of a whole message.
+MAX_REPR_CHARS = 80
+MAX_ERROR_CHARS = 2000
+
+
+def human_bytes(n: int) -> str:
+    """``134217728`` -> ``"128 MiB"``; used in limit messages."""
+    if n >= MiB:
+        return f"{n / MiB:.4g} MiB"
+    if n >= 1024:
+        return f"{n / 1024:.4g} KiB"
+    return f"{n} bytes"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular_file(path: str | os.PathLike[str], *, max_bytes: int, what: str = "file",
+                      limit_name: str = "") -> BinaryIO:
+    """Open ``path`` for reading in binary mode, refusing up front anything but a regular file no larger than
+    ``max_bytes``. The file is opened non-blocking and checked on the open descriptor, so a FIFO with no
+    writer is refused at once instead of blocking, and a file swapped after a check cannot slip through."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        noun = "recipe" if what == "recipe" else "file"  # the words users and scripts already match on
+        raise SagoInputError(f"{noun} not found: {p}", hint="check the path") from None
+    except IsADirectoryError:
+        raise SagoInputError(f"{p} is a directory, expected a {what}") from None
+    except OSError as err:
+        raise SagoInputError(f"cannot open {what} {p}: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _kind(st.st_mode)
+            raise SagoInputError(f"{p} is {kind}, expected a {what}",
+                                 hint="pass a regular file (pipes and devices are not read)")
+        if st.st_size > max_bytes:
+            raise SagoInputError(
+                f"{p} is {human_bytes(st.st_size)}, over the limit of {human_bytes(max_bytes)} for a {what}"
+                + (f" ({limit_name})" if limit_name else ""),
+                hint="split it into smaller files",
+            )
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bounded_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_SET_FILE_BYTES,
+                      what: str = "file") -> str:
+    """A whole small file (templates, a JSON list of examples) as UTF-8 text (a BOM dropped), through
+    :func:`open_regular_file`: never a FIFO or device, never more than ``max_bytes``."""
+    with open_regular_file(path, max_bytes=max_bytes, what=what) as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise SagoInputError(f"{path} grew past the limit of {human_bytes(max_bytes)} for a {what} while read")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SagoInputError("not valid UTF-8", source=str(path), hint="save the file as UTF-8") from None

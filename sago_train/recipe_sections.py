@@ -1,0 +1,139 @@
+"""The sections of a recipe (``sago-train run``): each a dataclass whose fields are documented once, here
+(``metadata["help"]``), and which checks its own values so that an error names the recipe line."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .data.groups import type_name as _type_name
+from .errors import SagoInputError, did_you_mean, short_repr
+
+
+@dataclass
+class LoraSection:
+    r: int = field(default=8, metadata={"help": "LoRA rank."})
+    alpha: int = field(default=16, metadata={"help": "LoRA alpha (scaling = alpha / r)."})
+    dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    target_modules: Any = field(
+        default="all-linear", metadata={"help": "Modules to adapt: a list of names, or 'all-linear'."}
+    )
+
+    def __post_init__(self) -> None:
+        # Checked here so that a bad value fails at --dry-run parsing with the recipe line, not inside peft.
+        if self.r < 1:
+            raise SagoInputError(f"expected a LoRA rank >= 1, got {self.r}", key="r")
+        if self.alpha <= 0:
+            raise SagoInputError(f"expected a LoRA alpha > 0, got {self.alpha}", key="alpha")
+        if not 0.0 <= self.dropout < 1.0:
+            raise SagoInputError(f"expected a dropout in [0, 1), got {self.dropout}", key="dropout")
+        names = self.target_modules
+        ok = (isinstance(names, str) and names.strip()) or (
+            isinstance(names, list) and names and all(isinstance(n, str) and n.strip() for n in names))
+        if not ok:
+            raise SagoInputError(
+                f"expected a non-empty list of module names or 'all-linear', got {_type_name(names)} "
+                f"{short_repr(names)}", key="target_modules", hint="e.g. target_modules: [q_proj, v_proj]")
+
+
+@dataclass
+class ModelSection:
+    path: str = field(default="sago://tiny-llama", metadata={"help": "Model folder or hub id (sago://tiny-llama "
+                                                                      "is the shipped tiny model, "
+                                                                      "sago://smollm2-135m-instruct a real instruct "
+                                                                      "model converted once into the cache)."})
+    dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16 (default: the model's)."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom model code (off by default)."})
+    lora: LoraSection | None = field(default=None, metadata={"help": "LoRA settings (PEFT); omit for full fine-tuning."})
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None:
+            from .modeling import DTYPES
+
+            if self.dtype != "auto" and self.dtype not in DTYPES:
+                raise SagoInputError(f"unknown dtype {short_repr(self.dtype)}.{did_you_mean(self.dtype[:50], DTYPES)} "
+                                     f"Valid: auto, {', '.join(DTYPES)}", key="dtype")
+
+
+@dataclass
+class DataSection:
+    train: str = field(default="", metadata={"help": "Training data: a JSONL file (or a datasets hub id). Records "
+                                                     "are {prompt, completion} or {text} (plain SFT), or "
+                                                     "{variants, target} groups (for the stability loss)."})
+    format: str = field(default="auto", metadata={"help": "sft, groups, or auto (from the first record's keys)."})
+    eval: str | None = field(default=None, metadata={"help": "Optional evaluation data in the same format."})
+    max_length: int | None = field(default=None, metadata={"help": "Truncate sequences to this many tokens."})
+    limit: int | None = field(default=None, metadata={"help": "Use only the first N training records (0 or null: "
+                                                              "all of them)."})
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 0:
+            raise SagoInputError(f"expected a number of records >= 0, got {self.limit}", key="limit",
+                                 hint="0 or null uses every record")
+        if self.max_length is not None and self.max_length < 1:
+            raise SagoInputError(f"expected a number of tokens >= 1, got {self.max_length}", key="max_length",
+                                 hint="null keeps whole sequences")
+
+
+@dataclass
+class MonitorSection:
+    sets: dict[str, str] = field(default_factory=dict, metadata={"help": "Held-out variant sets: name -> JSONL."})
+    eval_steps: int | None = field(default=None, metadata={"help": "Evaluate every N steps (default: automatic)."})
+    baseline: bool = field(default=True, metadata={"help": "Evaluate before the first step."})
+    overhead_budget: float = field(default=0.05, metadata={"help": "Automatic cadence: share of training time."})
+    options: dict[str, Any] = field(default_factory=dict, metadata={"help": "Evaluation options (SAGOConfig "
+                                                                            "fields: axes, max_groups, ...)."})
+
+
+@dataclass
+class EarlyStoppingSection:
+    metric: str = field(default="", metadata={"help": "sago/<set>/<axis> to watch."})
+    patience: int = field(default=3, metadata={"help": "Worse evaluations in a row before stopping."})
+    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired test."})
+    min_delta: float = field(default=0.0, metadata={"help": "Smallest mean increase that counts."})
+    mode: str = field(default="paired", metadata={"help": "paired or threshold."})
+
+
+SECTIONS = ("sago_train_version", "name", "description", "trainer", "model", "data", "monitor", "early_stopping",
+            "stability", "training")
+TRAINERS = ("trainer", "sft")
+
+
+# Run names become directory names (runs/<name>): one path component, so a run cannot write outside runs/.
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def validate_run_name(name: Any, **where: Any) -> str:
+    """Check that ``name`` is a single safe path component (no '/', no '..') and return it."""
+    if not isinstance(name, str) or not _RUN_NAME.match(name) or ".." in name:
+        raise SagoInputError(
+            f"invalid run name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
+            "letter or digit (at most 100)",
+            hint="the name becomes the folder runs/<name>, so it cannot contain '/' or '..'; "
+                 "use --output-dir to write elsewhere",
+            **where,
+        )
+    return name
+
+
+def check_deepspeed(training: dict[str, Any], source: str | None, line: int | None, root: Path) -> None:
+    """``training.deepspeed`` (a config file or an inline mapping) needs the file and the package: say so here,
+    with the recipe line, instead of a PackageNotFoundError or FileNotFoundError from TrainingArguments."""
+    value = training.get("deepspeed")
+    if value is None:
+        return
+    if isinstance(value, str):
+        path = Path(os.path.expanduser(value))
+        if not path.is_file() and not (root / path).is_file():
+            raise SagoInputError(f"DeepSpeed config file not found: {short_repr(value)[1:-1]}", source=source,
+                                 line=line, key="training.deepspeed",
+                                 hint="give the path of a DeepSpeed JSON config, or remove the key")
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise SagoInputError("training.deepspeed needs the deepspeed package, which is not installed",
+                             source=source, line=line, key="training.deepspeed",
+                             hint="pip install deepspeed, or remove the key")

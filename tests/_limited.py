@@ -1,0 +1,91 @@
+"""Run ``sago-train`` in a subprocess under a memory limit, and measure what it used.
+
+Issue 12's bound: every bad input ends in one line within 10 s and under 2 GB. The child gets an address-space
+limit (``RLIMIT_AS``; importing torch and loading the tiny model fit in 1.5 GiB, measured) and a wall-clock
+timeout (a hang, e.g. a FIFO read, fails the test instead of stalling it); its CPU seconds and peak RSS come
+from ``wait4`` on that one child, so they do not depend on the machine's load or on other children.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MEMORY_LIMIT = 2 * 1024**3  # bytes of address space (RLIMIT_AS)
+CPU_LIMIT_S = 10.0  # CPU seconds a bad input may cost (the issue's "within 10 seconds", load-independent)
+WALL_LIMIT_S = 60.0  # hang guard; generous because the test machine's cores are shared
+
+
+@dataclass
+class Limited:
+    returncode: int
+    stdout: str
+    stderr: str
+    cpu_s: float
+    wall_s: float
+    peak_rss: int  # bytes
+
+
+def _limit_memory() -> None:  # runs in the child before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def run_cli_limited(argv: list[str], *, cwd: Path | None = None, wall_limit_s: float = WALL_LIMIT_S) -> Limited:
+    """``python -m sago_train.cli.main ARGV`` under ``MEMORY_LIMIT``; kills its process group on timeout."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
+               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "sago_train.cli.main", *argv], cwd=cwd or ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_limit_memory,
+                            start_new_session=True)
+    chunks: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda n=name, s=stream: chunks.__setitem__(n, s.read()))
+               for name, stream in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - start > wall_limit_s:
+            os.killpg(proc.pid, signal.SIGKILL)
+            os.wait4(proc.pid, 0)
+            for t in readers:
+                t.join()
+            raise AssertionError(f"still running after {wall_limit_s} s (a hang): sago-train {' '.join(argv)}\n"
+                                 f"{chunks.get('err', b'').decode(errors='replace')[-2000:]}")
+        time.sleep(0.05)
+    wall = time.monotonic() - start
+    for t in readers:
+        t.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting again
+    rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return Limited(proc.returncode, chunks["out"].decode(errors="replace"), chunks["err"].decode(errors="replace"),
+                   usage.ru_utime + usage.ru_stime, wall, rss)
+
+
+def assert_one_error_line(res: Limited, *must_contain: str) -> str:
+    """Exit code 2, no traceback, the last stderr line is the error (a model-loading progress bar may precede
+    it), within the CPU and memory bounds. Returns the error line."""
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout, res.stderr[-3000:]
+    assert res.returncode == 2, f"exit code {res.returncode}:\n{res.stderr[-3000:]}"
+    lines = [line for line in res.stderr.strip().splitlines() if not line.startswith("Loading weights")]
+    assert len(lines) == 1 and lines[0].startswith("sago-train "), res.stderr[-3000:]
+    for text in must_contain:
+        assert text in lines[0], lines[0]
+    assert_bounded(res)
+    return lines[0]
+
+
+def assert_bounded(res: Limited) -> None:
+    assert res.cpu_s < CPU_LIMIT_S, f"took {res.cpu_s:.1f} CPU seconds"
+    assert res.peak_rss < MEMORY_LIMIT, f"peak RSS {res.peak_rss / 2**20:.0f} MiB"
