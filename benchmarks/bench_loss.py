@@ -131,7 +131,7 @@ def loss_functions(model: torch.nn.Module, batch: dict[str, torch.Tensor], cfg: 
         out = model(**model_inputs, output_hidden_states=True)
         layout = group_layout(groups, model_inputs["input_ids"])
         act = torch.stack(
-            [activation_dispersion(pool_hidden(out.hidden_states[layer + 1], layout, cfg.pooling)).mean() for layer in sago.layers]
+            [activation_dispersion(pool_hidden(out.hidden_states[layer + 1], layout, cfg.act_pooling)).mean() for layer in sago.layers]
         ).mean()
         lp, mask = target_logprobs(out.logits, layout)
         w = mask.float()
@@ -255,7 +255,9 @@ def run_benchmark(
 ) -> dict[str, Any]:
     model = build_model(hidden, layers, vocab).to(device).train()
     batch = {key: value.to(device) for key, value in make_batch(groups, k, prompt_len, target_len, vocab).items()}
-    cfg = StabilityConfig(act_weight=act_weight, conf_weight=conf_weight)
+    # The naive reference below spells out the centroid formula over the target tokens, so the benchmark fixes
+    # that mode and pooling (the library's defaults changed to relative / last token).
+    cfg = StabilityConfig(act_weight=act_weight, conf_weight=conf_weight, mode="centroid", act_pooling="target")
     fns = loss_functions(model, batch, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     times = measure_time(model, opt, fns, reps=reps, warmup=warmup, autocast=bf16, device=device)

@@ -58,15 +58,16 @@ def canonical_accuracy(records: Sequence[dict[str, Any]], canonical: dict[str, i
     return sum(bool(r["correct"][canonical.get(r["id"], 0)]) for r in rows) / len(rows)
 
 
-def hidden_vectors(run: Path, variant_set: Any, layers: Sequence[int] | None, pooling: str) -> tuple[np.ndarray, list[str]]:
+def hidden_vectors(run: Path, variant_set: Any, layers: Sequence[int] | None, pooling: str,
+                   chat_template: str = "auto") -> tuple[np.ndarray, list[str]]:
     """Pooled hidden states ``[G, K, L, H]`` of the arm's final model (adapter folder ``run``) on every group of
-    ``variant_set``, with the evaluator's encoding, layers and pooling; and the group ids."""
+    ``variant_set``, with the evaluator's encoding (chat rendering), layers and pooling; and the group ids."""
     import torch
 
     from sago_train.eval.extraction import Extractor
     from sago_train.model.layers import get_decoder_layers, resolve_layers
     from sago_train.model.loading import load_model_and_tokenizer
-    from sago_train.model.tokenize import encode_variant
+    from sago_train.model.tokenize import encode_variant, resolve_chat_template
 
     model, tok = load_model_and_tokenizer(run, device="cpu")
     if tok.pad_token_id is None:
@@ -77,7 +78,8 @@ def hidden_vectors(run: Path, variant_set: Any, layers: Sequence[int] | None, po
     ks = {len(g.variants) for g in groups}
     if len(ks) != 1:
         raise ValueError(f"set {variant_set.name}: groups have different K {sorted(ks)}; the analysis needs one K")
-    prompts = [encode_variant(v, tok) for g in groups for v in g.variants]
+    chat = resolve_chat_template(chat_template, tok) == "always"
+    prompts = [encode_variant(v, tok, chat=chat) for g in groups for v in g.variants]
     with torch.no_grad():
         out = ex.score(prompts).hidden  # [G*K, L, H]
     k = ks.pop()
@@ -105,11 +107,11 @@ def relative_values(hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def arm_set_values(run: Path, set_name: str, variant_set: Any, layers: Sequence[int] | None, pooling: str,
-                   step: int | None = None) -> ArmSet:
+                   step: int | None = None, chat_template: str = "auto") -> ArmSet:
     """Every per-group metric of one arm on one set, at the arm's last evaluation."""
     step = last_step(run) if step is None else step
     recs = {r["id"]: r for r in read_records(run, step, set_name)}
-    hidden, ids = hidden_vectors(run, variant_set, layers, pooling)
+    hidden, ids = hidden_vectors(run, variant_set, layers, pooling, chat_template)
     missing = [i for i in ids if i not in recs]
     if missing:
         raise ValueError(f"{run}: step {step} of set {set_name} has no record for groups {missing[:5]}")

@@ -84,8 +84,8 @@ def analyse(recipe_path: Path, out: Path, arms: list[str], baseline: str, steps:
     recipe = load_recipe(recipe_path)
     cfg = SAGOConfig.from_kwargs(**recipe.monitor.options)
     sets = {name: VariantSet.from_jsonl(recipe.resolve_path(p), name=name) for name, p in recipe.monitor.sets.items()}
-    results = {arm: {s: arm_set_values(out / arm, s, vs, cfg.layers, cfg.prompt_pooling) for s, vs in sets.items()}
-               for arm in arms}
+    results = {arm: {s: arm_set_values(out / arm, s, vs, cfg.layers, cfg.prompt_pooling, chat_template=cfg.chat_template)
+                     for s, vs in sets.items()} for arm in arms}
     text = headline_tables(results, baseline, steps, seed)
     return text + "\n" + findings(out, arms, baseline)
 

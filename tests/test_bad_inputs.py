@@ -341,9 +341,9 @@ def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, c
     tokenized: list[int] = []
     real_encode = evaluator.encode_variant
 
-    def counting_encode(variant: Any, tokenizer: Any) -> list[int]:
+    def counting_encode(variant: Any, tokenizer: Any, **kwargs: Any) -> list[int]:
         tokenized.append(len(variant))
-        return real_encode(variant, tokenizer)
+        return real_encode(variant, tokenizer, **kwargs)
 
     monkeypatch.setattr(evaluator, "encode_variant", counting_encode)
     ev = SAGOEvaluator.from_pretrained(tiny_model_path(), axes="activation", max_new_tokens=2)
