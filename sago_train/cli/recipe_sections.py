@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import SagoInputError, did_you_mean, short_repr
 from ..errors import type_name as _type_name
+from ..integrations.options import EarlyStoppingOptions, MonitorOptions
 
 
 @dataclass
@@ -79,22 +80,16 @@ class DataSection:
 
 
 @dataclass
-class MonitorSection:
+class MonitorSection(MonitorOptions):
+    """The callback's options (:class:`~sago_train.integrations.options.MonitorOptions`) plus what it watches."""
+
     sets: dict[str, str] = field(default_factory=dict, metadata={"help": "Held-out variant sets: name -> JSONL."})
-    eval_steps: int | None = field(default=None, metadata={"help": "Evaluate every N steps (default: automatic)."})
-    baseline: bool = field(default=True, metadata={"help": "Evaluate before the first step."})
-    overhead_budget: float = field(default=0.05, metadata={"help": "Automatic cadence: share of training time."})
     options: dict[str, Any] = field(default_factory=dict, metadata={"help": "Evaluation options (SAGOConfig "
                                                                             "fields: axes, max_groups, ...)."})
 
 
-@dataclass
-class EarlyStoppingSection:
-    metric: str = field(default="", metadata={"help": "sago/<set>/<axis> to watch."})
-    patience: int = field(default=3, metadata={"help": "Worse evaluations in a row before stopping."})
-    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired test."})
-    min_delta: float = field(default=0.0, metadata={"help": "Smallest mean increase that counts."})
-    mode: str = field(default="paired", metadata={"help": "paired or threshold."})
+#: The early-stopping callback's options, as they are.
+EarlyStoppingSection = EarlyStoppingOptions
 
 
 SECTIONS = ("sago_train_version", "name", "description", "trainer", "model", "data", "monitor", "early_stopping",

@@ -33,6 +33,7 @@ from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
 from .early_stopping import check_target
 from .monitor import MonitorState
+from .options import MonitorOptions
 from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
 from .wandb import log_wandb_extras
 
@@ -87,9 +88,9 @@ class SAGOCallback(TrainerCallback):
         self,
         sets: SetsLike,
         *,
-        eval_steps: int | None = None,
-        baseline: bool = True,
-        overhead_budget: float = 0.05,
+        eval_steps: int | None = MonitorOptions.eval_steps,
+        baseline: bool = MonitorOptions.baseline,
+        overhead_budget: float = MonitorOptions.overhead_budget,
         raise_on_error: bool = False,
         trainer: Any = None,
         guard_reporters: bool = False,

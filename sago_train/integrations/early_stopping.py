@@ -15,6 +15,7 @@ from ..errors import SagoInputError, did_you_mean, short_repr
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import Evaluation
 from .monitor import is_improvement, paired_regression
+from .options import EarlyStoppingOptions
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +66,10 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     def __init__(
         self,
         metric: str,
-        patience: int = 3,
-        alpha: float = 0.05,
-        min_delta: float = 0.0,
-        mode: str = "paired",
+        patience: int = EarlyStoppingOptions.patience,
+        alpha: float = EarlyStoppingOptions.alpha,
+        min_delta: float = EarlyStoppingOptions.min_delta,
+        mode: str = EarlyStoppingOptions.mode,
     ) -> None:
         self.metric = metric
         self.set_name, self.axis = parse_metric(metric)
