@@ -401,3 +401,57 @@ def test_early_stopping_on_an_unmonitored_set_fails_before_training(tmp_path):
     with pytest.raises(SagoInputError, match="not monitored"):
         tr.train()
     assert tr.state.global_step == 0
+
+
+# ------------------------------------------------------------------ binding (no frame walking)
+def test_unbound_callback_still_records_and_says_what_it_misses(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    tr = make_trainer(tmp_path / "out", callbacks=[cb], bind=False, max_steps=5, report_to=["tensorboard"])
+    with caplog.at_level("WARNING"):
+        tr.train()
+    assert cb.trainer is None
+    assert "not bound to the Trainer" in caplog.text and "attach(trainer)" in caplog.text
+    assert [h["step"] for h in _history(tmp_path / "out")] == [0, 5]
+    logged = [h for h in tr.state.log_history if "eval_sago/num/activation" in h]
+    assert [h["step"] for h in logged] == [0, 5]
+    assert logged[0]["eval_sago/num/activation"] == pytest.approx(
+        _history(tmp_path / "out")[0]["sets"]["num"]["activation"]["mean"], rel=1e-9)
+
+
+def test_early_stopping_needs_a_bound_callback(tmp_path):
+    from sago_train.errors import SagoInputError
+
+    stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=2)
+    tr = make_trainer(tmp_path, callbacks=[SAGOCallback(variant_set(), eval_steps=5, **FAST), stopper], bind=False,
+                      max_steps=2)
+    with pytest.raises(SagoInputError, match="receives no SAGO evaluations"):
+        tr.train()
+
+
+def test_reporter_guard_wraps_and_never_patches(tmp_path, monkeypatch):
+    from transformers.integrations import TensorBoardCallback
+
+    from sago_train.integrations.setup import GuardedReporter
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    cb = SAGOCallback(variant_set(), eval_steps=5, guard_reporters=True, **FAST)
+    tr = make_trainer(tmp_path / "out", callbacks=[cb], max_steps=1, report_to=["tensorboard"])
+    guarded = [c for c in tr.callback_handler.callbacks if isinstance(c, GuardedReporter)]
+    assert len(guarded) == 1 and isinstance(guarded[0].wrapped, TensorBoardCallback)
+    assert not any(name.startswith("on_") for name in vars(guarded[0].wrapped))  # its methods are its own
+    calls = []
+    guarded[0].wrapped.on_log = lambda *a, **k: (calls.append(1), 1 / 0)  # a reporter that dies
+    tr.train()
+    assert tr.state.global_step == 1 and guarded[0].disabled and calls
+
+
+def test_no_stack_frame_walking_in_the_package():
+    import pathlib
+
+    import sago_train
+
+    root = pathlib.Path(sago_train.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert "f_locals" not in text and "currentframe" not in text, path

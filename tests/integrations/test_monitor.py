@@ -1,0 +1,54 @@
+"""The one "best so far" and paired regression test (monitor), read by early stopping, with the direction of
+each axis taken from the registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from sago_train.functional.axes.registry import AXES, Axis, higher_is_better
+from sago_train.integrations.monitor import MonitorState, is_improvement, paired_regression
+from sago_train.results.evaluation import Evaluation
+
+
+def test_direction_comes_from_the_registry():
+    assert not higher_is_better("activation") and not higher_is_better("instability")
+    assert higher_is_better("accuracy")
+    assert is_improvement("activation", 0.1, 0.2) and not is_improvement("activation", 0.3, 0.2)
+    assert is_improvement("accuracy", 0.9, 0.8) and not is_improvement("accuracy", 0.7, 0.8)
+    assert is_improvement("activation", 0.5, None)
+
+
+@pytest.mark.parametrize("axis,alternative", [("activation", "greater"), ("accuracy", "less")])
+def test_paired_regression_is_the_one_sided_wilcoxon_in_the_worse_direction(axis, alternative):
+    rng = np.random.default_rng(0)
+    best = rng.uniform(0.2, 0.6, 30)
+    current = best + rng.normal(0.03 if alternative == "greater" else -0.03, 0.02, 30)
+    ids = [f"g{i}" for i in range(30)]
+    res = paired_regression(axis, dict(zip(ids, best)), dict(zip(reversed(ids), current[::-1])))
+    assert res.n == 30
+    assert res.mean_diff == pytest.approx(float(np.mean(current - best)), abs=1e-12)
+    assert res.p_value == pytest.approx(sps.wilcoxon(current - best, alternative=alternative).pvalue, rel=1e-12)
+    assert res.p_value < 0.01
+    assert paired_regression(axis, {"a": 1.0}, {"b": 1.0}) is None  # no shared group
+
+
+def test_best_follows_the_axis_direction(monkeypatch):
+    # A user axis registered as higher-is-better (e.g. an agreement score): "best" is its highest mean.
+    monkeypatch.setitem(AXES, "agreement", Axis("agreement", lambda g: None, frozenset(), higher_is_better=True))
+
+    def ev(step, act, agree):
+        recs = [{"id": f"g{i}", "axes": {"activation": a, "agreement": b}} for i, (a, b) in enumerate(zip(act, agree))]
+        return Evaluation.from_records(step, {"s": recs})
+
+    monitor = MonitorState(root=None)  # type: ignore[arg-type] - observe/compare do no I/O
+    monitor.observe(ev(0, [0.3, 0.4], [0.5, 0.5]))
+    monitor.observe(ev(1, [0.2, 0.3], [0.4, 0.4]))  # more stable, less agreement
+    monitor.observe(ev(2, [0.5, 0.6], [0.9, 0.9]))  # less stable, more agreement
+    assert monitor.baseline.step == 0
+    assert monitor.best[("s", "activation")].step == 1
+    assert monitor.best[("s", "agreement")].step == 2
+    # The logged change against the best is a regression test in each axis' worse direction.
+    cmp = monitor.compare(ev(3, [0.2, 0.3], [0.4, 0.4]))
+    assert cmp["s"]["agreement"]["vs_best"]["step"] == 2 and cmp["s"]["agreement"]["vs_best"]["mean_diff"] < 0

@@ -1,0 +1,60 @@
+"""The results store: file names spelled once, one validated reader, and one evaluation record whether it
+comes from memory (during training) or from disk (compare, report, resume)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sago_train.errors import SagoInputError
+from sago_train.functional.axes import GroupInputs  # noqa: F401 - registers the axes
+from sago_train.results import store
+from sago_train.results.evaluation import Evaluation
+from sago_train.results.records import EvalResult, GroupResult, SetResult
+
+
+def _result() -> EvalResult:
+    groups = [GroupResult(id=f"g{i}", variants=["a", "b"], kinds=None, outputs=None, reference=None,
+                          scored_reference=None, axes={"activation": 0.1 * (i + 1), "confidence": 0.05 * i},
+                          per_variant={"activation": [0.1, 0.1], "confidence": [0.0, 0.0]}) for i in range(4)]
+    sets = {"s": SetResult("s", ["activation", "confidence"], groups, None, {}, n_bootstrap=100)}
+    return EvalResult(sets=sets, config={}, model="m")
+
+
+def test_paths_are_spelled_here(tmp_path):
+    assert store.history_path(tmp_path) == tmp_path / "history.jsonl"
+    assert store.step_dir(tmp_path, 12) == tmp_path / "step-12"
+
+
+def test_in_memory_and_on_disk_evaluations_agree(tmp_path):
+    result = _result()
+    sago = tmp_path / "sago"
+    store.write_group_records(store.step_dir(sago, 3), "s", result.group_records("s"))
+    store.write_history(sago, [{"step": 3, "sets": result.history_sets()}])
+    run = store.Run(label="r", path=tmp_path, sago_dir=sago, history=store.read_history(sago))
+    on_disk = run.evaluation(3)
+    in_memory = Evaluation.from_result(3, result)
+    for axis in ("activation", "confidence", "instability"):
+        assert in_memory.mean("s", axis) == pytest.approx(on_disk.mean("s", axis), rel=1e-12)
+        assert in_memory.group_values("s", axis) == pytest.approx(on_disk.group_values("s", axis), rel=1e-12)
+    want = sum(0.1 * (i + 1) for i in range(4)) / 4
+    assert in_memory.mean("s", "activation") == pytest.approx(want, rel=1e-9)
+
+
+def test_a_corrupt_history_line_is_an_error_naming_file_and_line(tmp_path):
+    good = json.dumps({"step": 0, "sets": {"s": {"activation": {"mean": 0.1}}}})
+    (tmp_path / "history.jsonl").write_text(good + "\n" + good[:20] + "\n")
+    with pytest.raises(SagoInputError, match="history.jsonl") as err:
+        store.read_history(tmp_path)
+    assert err.value.line == 2
+
+
+def test_claim_history_sets_the_old_file_aside(tmp_path):
+    (tmp_path / "history.jsonl").write_text('{"step": 0}\n')
+    with pytest.raises(SagoInputError, match="already holds"):
+        store.claim_history(tmp_path, resuming=False, overwrite=False)
+    store.claim_history(tmp_path, resuming=True, overwrite=False)  # resuming keeps it
+    store.claim_history(tmp_path, resuming=False, overwrite=True)
+    assert not (tmp_path / "history.jsonl").exists() and len(list(tmp_path.glob("history.jsonl.*.old"))) == 1
+    assert store.recorded_evaluations(tmp_path) == 0
