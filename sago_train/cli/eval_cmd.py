@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig, parse_int_list
+from ..results.store import SUMMARY
 from .dataclass_args import add_dataclass_arguments, dataclass_options
 
 
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[bold yellow]warning[/bold yellow]: {note}")
         if args.out:
             out = result.write(args.out)
-            console.print(f"wrote {out / 'summary.json'} and one JSONL of group records per set")
+            console.print(f"wrote {out / SUMMARY} and one JSONL of group records per set")
     if distributed.world_size() > 1:
         import torch
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError
+from ..results.store import SAGO_DIR, claim_history, history_path
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -47,7 +48,6 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from rich.console import Console
 
     from ..io import acquire_run_lock, check_output_dir, release_run_lock
-    from ..results.store import claim_history
     from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
     from .runner import build_trainer, dry_run, save_resolved
 
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
 
         console.print(f"last SAGO evaluation (step {trainer.state.global_step}):")
         print_result(cb.last_result, console)
-        console.print(f"history: {output_dir}/sago/history.jsonl; report: sago-train report {output_dir}")
+        console.print(f"history: {history_path(Path(output_dir) / SAGO_DIR)}; report: sago-train report {output_dir}")
     if cb is not None and cb.failures and trainer.is_world_process_zero():
         console.print(f"[yellow]{len(cb.failures)} SAGO evaluation(s) failed and were skipped:[/yellow] "
                       + "; ".join(f"step {f['step']}: {f['error'][:300]}" for f in cb.failures))
