@@ -224,8 +224,8 @@ class Extractor:
         self.pad_id = pad_id_of(tokenizer)
         self.progress = progress
         self._blocks = get_decoder_layers(model) if self.layers else None
-        params = _base_forward_params(model)
-        self._logits_to_keep = "logits_to_keep" in params
+        self.forward_params = _base_forward_params(model)
+        self._logits_to_keep = "logits_to_keep" in self.forward_params
 
     @property
     def device(self) -> torch.device:
@@ -237,6 +237,38 @@ class Extractor:
     def _tick(self, n: int) -> None:
         if self.progress is not None:
             self.progress(n)
+
+    # ------------------------------------------------------------------ all at once
+    def run(
+        self,
+        prompts: Sequence[Sequence[int]],
+        continuations: Sequence[Sequence[int] | None] | None = None,
+        *,
+        want_hidden: bool = True,
+        want_generation: bool = False,
+        tick_per_row: int = 1,
+    ) -> tuple[ScoreOutput, list[str] | None]:
+        """Pooled hidden vectors, continuation log-probabilities (NaN where a continuation is None or
+        empty) and greedy continuations from one prefill per batch, the batch's shared prefix run once
+        (``shared_prefill``); falls back to separate ``generate`` and ``score`` passes where the model's
+        cache does not allow it."""
+        from .shared_prefill import PrefillUnsupported, fallback_reason, run_prefilled, warn_fallback
+
+        reason = fallback_reason(self)
+        if reason is None:
+            try:
+                got = run_prefilled(self, prompts, continuations, want_hidden=want_hidden,
+                                    want_generation=want_generation, tick_per_row=tick_per_row)
+                return ScoreOutput(got.hidden, got.mean_logprob), got.outputs
+            except PrefillUnsupported as err:  # raised at the first batch, before any result is kept
+                reason = str(err)
+        warn_fallback(self.model, reason)
+        outputs = self.generate(prompts) if want_generation else None
+        scored = ScoreOutput(None, None)
+        if want_hidden or continuations is not None:
+            conts = None if continuations is None else [list(c or []) for c in continuations]
+            scored = self.score(prompts, conts, want_hidden=want_hidden)
+        return scored, outputs
 
     # ------------------------------------------------------------------ generation
     def _generation_config(self) -> Any:
