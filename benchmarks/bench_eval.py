@@ -57,12 +57,13 @@ def load_groups(n: int) -> VariantSet:
 
 def naive(model, tok, vs: VariantSet, layers: list[int], max_new: int, chat: bool) -> None:
     sim = get_similarity("token_f1")
+    dev = model.device
     eos = tok.eos_token_id
     for g in vs:
         prompts = [encode_variant(v, tok, chat=chat) for v in g.variants]
         outs = []
         for p in prompts:
-            ids = torch.tensor([p])
+            ids = torch.tensor([p], device=dev)
             gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, do_sample=False,
                                  pad_token_id=pad_id_of(tok), eos_token_id=eos)
             new = gen[0, len(p):].tolist()
@@ -74,10 +75,10 @@ def naive(model, tok, vs: VariantSet, layers: list[int], max_new: int, chat: boo
         hidden, lps = [], []
         with torch.no_grad():
             for p in prompts:
-                hs = model(torch.tensor([p]), output_hidden_states=True).hidden_states
+                hs = model(torch.tensor([p], device=dev), output_hidden_states=True).hidden_states
                 hidden.append(torch.stack([hs[layer + 1][0, -1] for layer in layers]))
                 if r_ids:
-                    logits = model(torch.tensor([p + r_ids])).logits[0]
+                    logits = model(torch.tensor([p + r_ids], device=dev)).logits[0]
                     logp = torch.log_softmax(logits.float(), -1)
                     lps.append(float(torch.stack([logp[len(p) - 1 + j, t] for j, t in enumerate(r_ids)]).mean()))
         activation_instability(torch.stack(hidden).float())
@@ -99,7 +100,7 @@ def floor(model, tok, vs: VariantSet, batch_size: int, max_new: int, chat: bool)
             idx = order[b:b + batch_size]
             ids, mask = pad_batch([prompts[i] for i in idx], pad, side="left")
             w = ids.shape[1]
-            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
+            gen = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new, do_sample=False,
                                  pad_token_id=pad, eos_token_id=tok.eos_token_id)
             for r, i in enumerate(idx):
                 new = gen[r, w:].tolist()
@@ -115,13 +116,13 @@ def floor(model, tok, vs: VariantSet, batch_size: int, max_new: int, chat: bool)
         for b in range(0, len(order), batch_size):
             idx = order[b:b + batch_size]
             ids, mask = pad_batch([seqs[i] for i in idx], pad)
-            model(input_ids=ids, attention_mask=mask, use_cache=False)
+            model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), use_cache=False)
     return steps
 
 
 def bound(model, tok, vs: VariantSet, batch_size: int, steps: list[int], chat: bool) -> None:
     """The work lower bound: each unique prompt token, reference token and decode step as plain forwards."""
-    pad = pad_id_of(tok)
+    pad, dev = pad_id_of(tok), model.device
     kw = cache_keyword(set(__import__("inspect").signature(model.forward).parameters)) or "past_key_values"
     prompts = [encode_variant(v, tok, chat=chat) for g in vs for v in g.variants]
     refs = [encode_continuation(g.reference or "", tok) for g in vs for _ in g.variants]
@@ -133,23 +134,24 @@ def bound(model, tok, vs: VariantSet, batch_size: int, steps: list[int], chat: b
             p = shared_prefix_length(rows)
             cache = None
             if p:
-                cache = model(input_ids=torch.tensor([rows[0][:p]]), use_cache=True, logits_to_keep=1).cache
+                cache = model(input_ids=torch.tensor([rows[0][:p]], device=dev), use_cache=True, logits_to_keep=1).cache
                 _expand(cache, len(idx))
             ids, smask = pad_batch([r[p:] for r in rows], pad, side="left")
-            mask = torch.cat([torch.ones((len(idx), p), dtype=torch.long), smask], 1)
+            ids = ids.to(dev)
+            mask = torch.cat([torch.ones((len(idx), p), dtype=torch.long), smask], 1).to(dev)
             cache = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask, p), use_cache=True,
                           logits_to_keep=1, **{kw: cache}).cache
             width = mask.shape[1]
             rest = max(len(refs[i]) for i in idx) - 1
             if rest > 0:
                 feed, fmask = pad_batch([refs[i][:-1] or [pad] for i in idx], pad)
-                m2 = torch.cat([mask, fmask], 1)
-                model(input_ids=feed, attention_mask=m2, position_ids=_positions(m2, width), use_cache=True,
+                m2 = torch.cat([mask, fmask.to(dev)], 1)
+                model(input_ids=feed.to(dev), attention_mask=m2, position_ids=_positions(m2, width), use_cache=True,
                       **{kw: cache})
                 cache.crop(-rest)
             last = ids[:, -1:]
             for _ in range(max(steps[i] for i in idx) - 1):  # the first new token comes from the prefill
-                mask = torch.cat([mask, torch.ones((len(idx), 1), dtype=torch.long)], 1)
+                mask = torch.cat([mask, torch.ones((len(idx), 1), dtype=torch.long, device=dev)], 1)
                 out = model(input_ids=last, attention_mask=mask, position_ids=_positions(mask, mask.shape[1] - 1),
                             use_cache=True, logits_to_keep=1, **{kw: cache})
                 cache = out.cache
