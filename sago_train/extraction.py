@@ -1,5 +1,9 @@
 """Model plumbing for SAGO evaluation: batched greedy generation and one scoring forward per batch.
 
+``Extractor.run`` serves all three from one prefill per batch, the batch's shared prefix computed once
+(:mod:`~sago_train.shared_prefill`); ``generate`` and ``score`` below are the separate passes it falls back
+to where a model's cache does not allow that.
+
 The scoring forward runs ``x_k + r`` (prompt followed by the reference) once and yields both the pooled
 hidden vectors of the chosen decoder blocks (captured by forward hooks, so only ``[B, H]`` per layer is
 kept, never the whole stack) and the mean log-probability of ``r``. Because the model is causal, the
@@ -252,23 +256,10 @@ class Extractor:
         empty) and greedy continuations from one prefill per batch, the batch's shared prefix run once
         (``shared_prefill``); falls back to separate ``generate`` and ``score`` passes where the model's
         cache does not allow it."""
-        from .shared_prefill import PrefillUnsupported, fallback_reason, run_prefilled, warn_fallback
+        from .shared_prefill import run_all
 
-        reason = fallback_reason(self)
-        if reason is None:
-            try:
-                got = run_prefilled(self, prompts, continuations, want_hidden=want_hidden,
-                                    want_generation=want_generation, tick_per_row=tick_per_row)
-                return ScoreOutput(got.hidden, got.mean_logprob), got.outputs
-            except PrefillUnsupported as err:  # raised at the first batch, before any result is kept
-                reason = str(err)
-        warn_fallback(self.model, reason)
-        outputs = self.generate(prompts) if want_generation else None
-        scored = ScoreOutput(None, None)
-        if want_hidden or continuations is not None:
-            conts = None if continuations is None else [list(c or []) for c in continuations]
-            scored = self.score(prompts, conts, want_hidden=want_hidden)
-        return scored, outputs
+        return run_all(self, prompts, continuations, want_hidden=want_hidden, want_generation=want_generation,
+                       tick_per_row=tick_per_row)
 
     # ------------------------------------------------------------------ generation
     def _generation_config(self) -> Any:

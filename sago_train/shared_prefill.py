@@ -140,7 +140,7 @@ def run_prefilled(
 ) -> PrefillOutput:
     """Activations, reference log-probabilities (rows whose continuation is None or empty get NaN) and
     greedy continuations, each prompt token computed once per batch (see the module docstring)."""
-    from .extraction import _batches, _sync_batch_count, eval_mode
+    from .extraction import _batches, _sync_batch_count, eval_mode, pad_batch
 
     model, pad, device = ex.model, ex.pad_id, ex.device
     n = len(prompts)
@@ -190,8 +190,6 @@ def run_prefilled(
                     cache = _cache_of(out)
                     check_cache(cache, model)
                     _expand(cache, bsz)
-                from .extraction import pad_batch
-
                 ids, smask = pad_batch([r[p:] for r in rows], pad, side="left")
                 mask = torch.cat([torch.ones((bsz, p), dtype=torch.long), smask], dim=1).to(device)
                 ids = ids.to(device)
@@ -253,3 +251,32 @@ def run_prefilled(
         for h in handles:
             h.remove()
     return PrefillOutput(hidden_out, lp_out, outputs)
+
+
+def run_all(
+    ex: Extractor,
+    prompts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int] | None] | None,
+    *,
+    want_hidden: bool,
+    want_generation: bool,
+    tick_per_row: int,
+) -> tuple[Any, list[str] | None]:
+    """``Extractor.run``: the shared prefill, or the separate passes where it cannot serve (said once)."""
+    from .extraction import ScoreOutput
+
+    reason = fallback_reason(ex)
+    if reason is None:
+        try:
+            got = run_prefilled(ex, prompts, continuations, want_hidden=want_hidden,
+                                want_generation=want_generation, tick_per_row=tick_per_row)
+            return ScoreOutput(got.hidden, got.mean_logprob), got.outputs
+        except PrefillUnsupported as err:  # raised at the first batch, before any result is kept
+            reason = str(err)
+    warn_fallback(ex.model, reason)
+    outputs = ex.generate(prompts) if want_generation else None
+    scored = ScoreOutput(None, None)
+    if want_hidden or continuations is not None:
+        conts = None if continuations is None else [list(c or []) for c in continuations]
+        scored = ex.score(prompts, conts, want_hidden=want_hidden)
+    return scored, outputs
