@@ -24,6 +24,7 @@ storage sees it freed; parameters and optimizer state, which live across steps, 
 Usage:
     python benchmarks/bench_loss.py                       # hidden 128, 4 layers (~1M parameters)
     python benchmarks/bench_loss.py --hidden 256 --layers 8 --device cuda --bf16
+    python benchmarks/bench_loss.py --model sago://smollm2-135m-instruct --lora 8 --threads 2
 """
 
 from __future__ import annotations
@@ -74,6 +75,20 @@ def build_model(hidden: int, layers: int, vocab: int, seed: int = 0) -> torch.nn
         tie_word_embeddings=False,
     )
     return LlamaForCausalLM(config)
+
+
+def load_model(name: str, lora: int, device: str) -> torch.nn.Module:
+    """A real model (``sago://smollm2-135m-instruct`` or a path), with a LoRA adapter of rank ``lora`` on every
+    projection when ``lora`` > 0 (only the adapter trains), else fully trainable."""
+    from sago_train.model.loading import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(name, device=device)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        model = get_peft_model(model, LoraConfig(r=lora, lora_alpha=2 * lora, target_modules=targets))
+    return model
 
 
 def make_batch(groups: int, k: int, prompt_len: int, target_len: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -252,19 +267,28 @@ def run_benchmark(
     act_weight: float = 0.1,
     conf_weight: float = 0.1,
     memory: bool = True,
+    model_name: str | None = None,
+    lora: int = 0,
 ) -> dict[str, Any]:
-    model = build_model(hidden, layers, vocab).to(device).train()
+    if model_name:
+        model = load_model(model_name, lora, device).train()
+        cfg_m = model.config
+        hidden, layers, vocab = cfg_m.hidden_size, cfg_m.num_hidden_layers, cfg_m.vocab_size
+    else:
+        model = build_model(hidden, layers, vocab).to(device).train()
     batch = {key: value.to(device) for key, value in make_batch(groups, k, prompt_len, target_len, vocab).items()}
     # The naive reference below spells out the centroid formula over the target tokens, so the benchmark fixes
     # that mode and pooling (the library's defaults changed to relative / last token).
     cfg = StabilityConfig(act_weight=act_weight, conf_weight=conf_weight, mode="centroid", act_pooling="target")
     fns = loss_functions(model, batch, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     times = measure_time(model, opt, fns, reps=reps, warmup=warmup, autocast=bf16, device=device)
     mem = measure_memory(model, opt, fns, autocast=bf16, device=device) if memory else {}
     params = sum(p.numel() for p in model.parameters())
     return {
         "setup": {
+            "model": model_name or "random Llama", "lora_rank": lora,
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "device": device, "bf16_autocast": bf16, "hidden": hidden, "layers": layers, "vocab": vocab,
             "parameters": params, "model_mb_fp32": params * 4 / 2**20, "groups": groups, "k": k,
             "sequences": groups * k, "seq_len": int(batch["input_ids"].shape[1]), "target_len": target_len,
@@ -278,8 +302,10 @@ def run_benchmark(
 def report(result: dict[str, Any]) -> bool:
     """Print the figures and ratios; return whether the targets are met."""
     s, t, m = result["setup"], result["time_s"], result["memory_bytes"]
+    lora = f" + LoRA r={s['lora_rank']}" if s.get("lora_rank") else ""
     print(
-        f"model: Llama hidden={s['hidden']} layers={s['layers']} vocab={s['vocab']} "
+        f"model: {s.get('model', 'random Llama')}{lora} "
+        f"hidden={s['hidden']} layers={s['layers']} vocab={s['vocab']} "
         f"({s['parameters'] / 1e6:.2f}M params, {s['model_mb_fp32']:.1f} MB fp32) on {s['device']}"
         f"{' with bf16 autocast' if s['bf16_autocast'] else ''}, {s['threads']} thread(s)"
     )
@@ -322,13 +348,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON")
+    ap.add_argument("--model", default=None, help="a real model instead of the random Llama, e.g. sago://smollm2-135m-instruct")
+    ap.add_argument("--lora", type=int, default=0, help="with --model: train a LoRA adapter of this rank (0 = full)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_benchmark(
         hidden=args.hidden, layers=args.layers, vocab=args.vocab, groups=args.groups, k=args.k,
         prompt_len=args.prompt_len, target_len=args.target_len, reps=args.reps, warmup=args.warmup,
-        device=args.device, bf16=args.bf16, memory=not args.no_memory,
+        device=args.device, bf16=args.bf16, memory=not args.no_memory, model_name=args.model, lora=args.lora,
     )
     ok = report(result)
     if args.json:

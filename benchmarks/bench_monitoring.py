@@ -1,6 +1,11 @@
-"""Monitoring overhead: a short LoRA fine-tune of the shipped tiny model with and without SAGOCallback.
+"""Monitoring overhead: a short LoRA fine-tune with and without SAGOCallback.
 
     .venv/bin/python benchmarks/bench_monitoring.py [--steps 3000] [--repeats 2]
+    .venv/bin/python benchmarks/bench_monitoring.py --model sago://smollm2-135m-instruct --steps 200 --threads 2
+
+The shipped tiny model trains on the demo's data and is monitored on the demo sets; a real chat model
+(``--model``) trains on ``demo-real/train.jsonl`` (chat-rendered, first variant + target) and is monitored
+on the ``demo-real`` sets.
 
 The callback's cost is measured two ways: inside each monitored run, the wall time spent in its event
 handlers relative to the rest of that run (immune to the machine's drift between runs), and the ratio of
@@ -25,15 +30,24 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def build_dataset(tok):
+ASSETS = Path(__file__).resolve().parents[1] / "sago_train" / "assets"
+
+
+def build_dataset(tok, real: bool = False):
     from datasets import Dataset
 
-    path = Path(__file__).resolve().parents[1] / "sago_train" / "assets" / "demo" / "train.jsonl"
+    from sago_train.model.tokenize import encode_variant
+
+    path = ASSETS / ("demo-real" if real else "demo") / "train.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     ids, labels = [], []
     for r in rows:
-        p = tok(r["prompt"])["input_ids"]
-        c = tok(r["completion"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        if real:  # a chat group: its first phrasing, rendered, then the target (which ends the turn)
+            p = encode_variant(r["variants"][0], tok, chat=True)
+            c = tok(r["target"], add_special_tokens=False)["input_ids"]
+        else:
+            p = tok(r["prompt"])["input_ids"]
+            c = tok(r["completion"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         ids.append(p + c)
         labels.append([-100] * len(p) + c)
     return Dataset.from_dict({"input_ids": ids, "labels": labels})
@@ -75,27 +89,29 @@ class _Timed:
         return cb
 
 
-def run(steps: int, monitor: bool, out: str) -> tuple[float, int, float]:
+def run(steps: int, monitor: bool, out: str, model_name: str | None = None,
+        options: dict | None = None, device: str = "cpu", bf16: bool = False) -> tuple[float, int, float]:
     import peft
     from transformers import Trainer, TrainingArguments
 
     from sago_train import SAGOCallback
     from sago_train.data import VariantSet
-    from sago_train.model.tiny import load_tiny_model
+    from sago_train.model.loading import load_model_and_tokenizer
+    from sago_train.model.tiny import tiny_model_path
 
-    model, tok = load_tiny_model()
+    model, tok = load_model_and_tokenizer(model_name or tiny_model_path(), device=device)
     model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
                                                        lora_dropout=0.0))
-    demo = Path(__file__).resolve().parents[1] / "sago_train" / "assets" / "demo"
+    demo = ASSETS / ("demo-real" if model_name else "demo")
     callbacks = []
     timer = _Timed()
     if monitor:
         sets = {n: VariantSet.from_jsonl(demo / f"{n}.jsonl", name=n) for n in ("paraphrase", "format", "typo")}
-        callbacks.append(timer.wrap(SAGOCallback(sets)))
+        callbacks.append(timer.wrap(SAGOCallback(sets, **(options or {}))))
     args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
-                             logging_steps=50, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+                             logging_steps=50, save_strategy="no", report_to=[], use_cpu=device == "cpu", bf16=bf16, disable_tqdm=True,
                              seed=0, remove_unused_columns=False)
-    tr = Trainer(model=model, args=args, train_dataset=build_dataset(tok), data_collator=collate(tok),
+    tr = Trainer(model=model, args=args, train_dataset=build_dataset(tok, real=model_name is not None), data_collator=collate(tok),
                  processing_class=tok, callbacks=callbacks)
     for cb in callbacks:
         if isinstance(getattr(cb, "inner", cb), SAGOCallback):
@@ -114,22 +130,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--model", default=None, help="a real chat model, e.g. sago://smollm2-135m-instruct")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (the same in every run)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true", help="train with bf16 mixed precision")
+    ap.add_argument("--max-groups", type=int, default=None, help="SAGOCallback max_groups (default: its own)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="SAGOCallback max_new_tokens (default: its own)")
     args = ap.parse_args()
     import torch
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    options = {k: v for k, v in (("max_groups", args.max_groups), ("max_new_tokens", args.max_new_tokens)) if v}
+    name = args.model
     times: dict[str, list[float]] = {"off": [], "on": []}
     evals, inside = [], []
     with tempfile.TemporaryDirectory() as d:
-        run(5, True, f"{d}/warm")  # imports and lazy initialisation are not timed
+        run(2, True, f"{d}/warm", name, {**options, "max_groups": 2}, args.device, args.bf16)  # imports and lazy initialisation
         for i in range(args.repeats):
-            times["off"].append(run(args.steps, False, f"{d}/off{i}")[0])
-            t, n, cb_s = run(args.steps, True, f"{d}/on{i}")
+            times["off"].append(run(args.steps, False, f"{d}/off{i}", name, None, args.device, args.bf16)[0])
+            t, n, cb_s = run(args.steps, True, f"{d}/on{i}", name, options, args.device, args.bf16)
             times["on"].append(t)
             evals.append(n)
             inside.append(cb_s / (t - cb_s))
     off, on = statistics.median(times["off"]), statistics.median(times["on"])
-    print(f"LoRA fine-tune of the shipped tiny model: {args.steps} steps, batch 8, threads={torch.get_num_threads()}, "
-          f"repeats={args.repeats}")
+    print(f"LoRA fine-tune of {name or 'the shipped tiny model'}: {args.steps} steps, batch 8, "
+          f"threads={torch.get_num_threads()}, repeats={args.repeats}, callback options {options or 'default'}")
     print(f"  without SAGOCallback: median {off:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['off'])}")
     print(f"  with SAGOCallback   : median {on:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['on'])}  "
           f"evaluations per run: {evals}")

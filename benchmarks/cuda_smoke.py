@@ -1,19 +1,31 @@
-"""CUDA check of the stability loss: the cost benchmark on the GPU (fp32 and bf16 autocast) and a bf16
+"""One prepared GPU check: the three benchmarks on the real model in bf16 on CUDA, then the bf16
 StabilityTrainer smoke test (a few steps, finite losses, separate terms logged, also with gradient
-checkpointing and LoRA).
+checkpointing and LoRA), within a time budget (10 minutes by default).
 
-Exits 0 with a message when CUDA is not available, 1 when a check fails.
+- ``bench_eval.py``: engine / today's floor and engine / the work lower bound, 64 groups x 4 variants, chat
+  rendering, 16 new tokens;
+- ``bench_loss.py``: the stability loss's step time and peak memory vs the task loss and the naive
+  implementation, LoRA r=8;
+- ``bench_monitoring.py``: the callback's share of a LoRA fine-tune at its default cadence.
+
+Exits 0 with a message when CUDA is not available (unless ``--device cpu``), 1 when a check fails.
+``--device cpu --tiny`` runs the same script in a tiny configuration (the shipped model, a few groups and
+steps); the test suite runs it that way.
 
 Usage:
-    python benchmarks/cuda_smoke.py [--hidden 128 --layers 4]
+    python benchmarks/cuda_smoke.py                      # on a CUDA machine: real model, bf16, <= 10 min
+    python benchmarks/cuda_smoke.py --device cpu --tiny  # the CPU path, in about a minute
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -32,7 +44,7 @@ def checkpointing_arg() -> str:
     return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
 
 
-def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4) -> list[dict]:
+def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4, device: str = "cuda") -> list[dict]:
     from transformers import TrainerCallback, TrainingArguments
 
     from sago_train.training.loss import StabilityConfig
@@ -55,7 +67,7 @@ def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4) -> 
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
             output_dir=out, per_device_train_batch_size=2, max_steps=steps, logging_steps=1, learning_rate=1e-3,
-            bf16=True, report_to=[], save_strategy="no", disable_tqdm=True, seed=0,
+            bf16=True, report_to=[], save_strategy="no", disable_tqdm=True, seed=0, use_cpu=device == "cpu",
             # transformers 5 renamed gradient_checkpointing to activation_checkpointing.
             **{checkpointing_arg(): gradient_checkpointing},
         )
@@ -67,27 +79,69 @@ def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4) -> 
     return [log for log in recorder.logs if "loss" in log]
 
 
+def benchmark_commands(device: str, tiny: bool, model: str) -> list[tuple[str, list[str], float]]:
+    """(name, argv, share of the time budget) of each benchmark run."""
+    bench = ROOT / "benchmarks"
+    py = [sys.executable]
+    if tiny:  # the shipped tiny model / a tiny random Llama, a few groups and steps
+        return [
+            ("eval", py + [str(bench / "bench_eval.py"), "--device", device, "--dtype", "bfloat16", "--groups", "4",
+                           "--max-new-tokens", "4", "--repeats", "1", "--no-naive", "--threads", "1"], 0.3),
+            ("loss", py + [str(bench / "bench_loss.py"), "--device", device, "--bf16", "--hidden", "32", "--layers",
+                           "2", "--vocab", "256", "--groups", "2", "--reps", "1", "--warmup", "1", "--threads", "1"], 0.3),
+            ("monitoring", py + [str(bench / "bench_monitoring.py"), "--device", device, "--bf16", "--steps", "4",
+                                 "--repeats", "1", "--max-groups", "2", "--max-new-tokens", "2", "--threads", "1"], 0.3),
+        ]
+    return [
+        ("eval", py + [str(bench / "bench_eval.py"), "--model", model, "--device", device, "--dtype", "bfloat16",
+                       "--groups", "64", "--max-new-tokens", "16", "--repeats", "3", "--no-naive"], 0.3),
+        ("loss", py + [str(bench / "bench_loss.py"), "--model", model, "--lora", "8", "--device", device, "--bf16",
+                       "--groups", "4", "--target-len", "64", "--reps", "20"], 0.2),
+        ("monitoring", py + [str(bench / "bench_monitoring.py"), "--model", model, "--device", device, "--bf16",
+                             "--steps", "400", "--repeats", "1"], 0.35),
+    ]
+
+
+def run_benchmarks(device: str, tiny: bool, model: str, budget_s: float) -> list[str]:
+    """Run each benchmark as its own process within its share of the budget; print its figures; return the
+    failures."""
+    failures = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    for name, argv, share in benchmark_commands(device, tiny, model):
+        print(f"\n== {name}: {' '.join(Path(a).name if a.endswith('.py') else a for a in argv[1:])} ==", flush=True)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=share * budget_s, env=env, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            failures.append(f"{name}: over its {share * budget_s:.0f} s share of the budget")
+            continue
+        # The figures, without per-repeat progress lines or the Trainer's logged dicts.
+        lines = [ln for ln in proc.stdout.splitlines()
+                 if ln.strip() and not ln.lstrip().startswith(("repeat ", "{", "[INFO]"))]
+        print("\n".join(lines[-14:]))
+        print(f"({time.perf_counter() - t0:.0f} s)")
+        if proc.returncode != 0:
+            failures.append(f"{name}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
+    return failures
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --tiny: the tested CPU path)")
+    ap.add_argument("--tiny", action="store_true", help="the shipped tiny model and a few groups/steps")
+    ap.add_argument("--model", default="sago://smollm2-135m-instruct")
+    ap.add_argument("--budget-s", type=float, default=600.0, help="time budget for the benchmarks")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("cuda_smoke: CUDA is not available on this machine; nothing to check (exit 0).")
         return 0
-    from bench_loss import report, run_benchmark
-
-    print(f"device: {torch.cuda.get_device_name(0)}")
-    failures: list[str] = []
-    for bf16 in (False, True):
-        print(f"\n== benchmark, {'bf16 autocast' if bf16 else 'fp32'} ==")
-        result = run_benchmark(hidden=args.hidden, layers=args.layers, device="cuda", bf16=bf16, reps=args.reps)
-        report(result)
+    if args.device == "cuda":
+        print(f"device: {torch.cuda.get_device_name(0)}")
+    failures = run_benchmarks(args.device, args.tiny, args.model, args.budget_s)
     for gc_on, lora in ((False, False), (True, False), (True, True)):
         name = f"bf16 StabilityTrainer (gradient_checkpointing={gc_on}, lora={lora})"
         try:
-            logs = train_smoke(gradient_checkpointing=gc_on, lora=lora)
+            logs = train_smoke(gradient_checkpointing=gc_on, lora=lora, steps=2 if args.tiny else 4, device=args.device)
         except Exception as err:  # report every failing configuration, then fail
             failures.append(f"{name}: {type(err).__name__}: {err}")
             continue

@@ -52,7 +52,7 @@ def main() -> None:
         elif kind == "eval":
             from sago_train.eval import extraction
 
-            real_score = extraction.Extractor.score
+            real_score = extraction.Extractor.run
 
             def score(self, *args, **kwargs):
                 counters["eval"] += 1
@@ -60,7 +60,7 @@ def main() -> None:
                     die()
                 return real_score(self, *args, **kwargs)
 
-            extraction.Extractor.score = score
+            extraction.Extractor.run = score
         elif kind == "write":
             from sago_train import io as sio
 

@@ -40,7 +40,7 @@ def _all_jsonl_parse(out: Path) -> None:
 def test_oom_retries_with_smaller_batch_then_succeeds(tmp_path, monkeypatch, caplog):
     from sago_train.eval import extraction
 
-    real = extraction.Extractor.score
+    real = extraction.Extractor.run
     sizes = []
 
     def score(self, *a, **k):
@@ -49,7 +49,7 @@ def test_oom_retries_with_smaller_batch_then_succeeds(tmp_path, monkeypatch, cap
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(self, *a, **k)
 
-    monkeypatch.setattr(extraction.Extractor, "score", score)
+    monkeypatch.setattr(extraction.Extractor, "run", score)
     cb = SAGOCallback(variant_set(), eval_steps=2, batch_size=16, **FAST)
     tr = make_trainer(tmp_path, callbacks=[cb], max_steps=2)
     tr.train()
@@ -61,7 +61,7 @@ def test_oom_retries_with_smaller_batch_then_succeeds(tmp_path, monkeypatch, cap
 def test_persistent_oom_skips_the_evaluation_with_a_reason(tmp_path, monkeypatch, caplog):
     from sago_train.eval import extraction
 
-    real = extraction.Extractor.score
+    real = extraction.Extractor.run
     calls = {"n": 0}
 
     def score(self, *a, **k):
@@ -70,7 +70,7 @@ def test_persistent_oom_skips_the_evaluation_with_a_reason(tmp_path, monkeypatch
             raise torch.cuda.OutOfMemoryError("CUDA out of memory")
         return real(self, *a, **k)
 
-    monkeypatch.setattr(extraction.Extractor, "score", score)
+    monkeypatch.setattr(extraction.Extractor, "run", score)
     cb = SAGOCallback(variant_set(), eval_steps=2, batch_size=4, **FAST)
     tr = make_trainer(tmp_path, callbacks=[cb], max_steps=4)
     tr.train()

@@ -256,9 +256,25 @@ class SAGOEvaluator:
             offsets.append(pos)
             pos += g.k
 
+        # One prefill per batch serves generation, activations and the confidence of every group whose
+        # reference is known; r = the canonical variant's greedy output needs generation first, so those
+        # groups' continuations are scored in a second, scoring-only pass.
+        want_hidden = "hidden" in self.needs
+        want_lp = "logprobs" in self.needs
+        known: list[list[int] | None] | None = None
+        if want_lp:
+            known = []
+            for _, g, _ in groups:
+                ids = encode_continuation(g.reference, tok) if g.reference else []
+                known.extend([ids if g.reference is not None else None] * g.k)
         outputs: list[str] | None = None
-        if need_generation:
-            outputs = extractor.generate(flat_prompts)
+        hidden = logprobs = None
+        if need_generation or want_hidden or want_lp:
+            scored, outputs = extractor.run(
+                flat_prompts, known, want_hidden=want_hidden, want_generation=need_generation,
+                tick_per_row=int(need_generation) + int(want_hidden or want_lp),
+            )
+            hidden, logprobs = scored.hidden, scored.mean_logprob
 
         # r: the reference when given, else the canonical variant's greedy output.
         scored_refs: list[str | None] = []
@@ -270,18 +286,22 @@ class SAGOEvaluator:
             else:
                 scored_refs.append(None)
 
-        hidden = logprobs = None
         has_ref = [False] * len(flat_prompts)  # per variant: is there a continuation to score?
-        if self.needs & {"hidden", "logprobs"}:
-            conts = None
-            if "logprobs" in self.needs:
-                conts = []
-                for (_, g, _), r in zip(groups, scored_refs):
-                    ids = encode_continuation(r, tok) if r else []
-                    conts.extend([ids] * g.k)
-                has_ref = [bool(c) for c in conts]
-            scored = extractor.score(flat_prompts, conts, want_hidden="hidden" in self.needs)
-            hidden, logprobs = scored.hidden, scored.mean_logprob
+        if want_lp:
+            conts: list[list[int]] = []
+            for (_, g, _), r in zip(groups, scored_refs):
+                ids = encode_continuation(r, tok) if r else []
+                conts.extend([ids] * g.k)
+            has_ref = [bool(c) for c in conts]
+            late = [j for j, c in enumerate(known or []) if c is None]
+            # Under torch.distributed every rank runs this pass (maybe empty), in step with the others.
+            if late or distributed.world_size() > 1:
+                extra, _ = extractor.run([flat_prompts[j] for j in late], [conts[j] for j in late],
+                                         want_hidden=False, tick_per_row=0)
+                if logprobs is None:
+                    logprobs = torch.full((len(flat_prompts),), math.nan, dtype=torch.float64)
+                if late and extra.mean_logprob is not None:
+                    logprobs[late] = extra.mean_logprob
 
         results: list[tuple[int, GroupResult, dict[str, Any]]] = []
         totals: dict[str, Any] = {}  # set-level axes: this rank's sum of the groups' partial statistics

@@ -1,5 +1,9 @@
 """Model plumbing for SAGO evaluation: batched greedy generation and one scoring forward per batch.
 
+``Extractor.run`` serves all three from one prefill per batch, the batch's shared prefix computed once
+(:mod:`~sago_train.eval.shared_prefill`); ``generate`` and ``score`` below are the separate passes it falls back
+to where a model's cache does not allow that.
+
 The scoring forward runs ``x_k + r`` (prompt followed by the reference) once and yields both the pooled
 hidden vectors of the chosen decoder blocks (captured by forward hooks, so only ``[B, H]`` per layer is
 kept, never the whole stack) and the mean log-probability of ``r``. Because the model is causal, the
@@ -110,8 +114,8 @@ class Extractor:
         self.pad_id = pad_id_of(tokenizer)
         self.progress = progress
         self._blocks = get_decoder_layers(model) if self.layers else None
-        params = _base_forward_params(model)
-        self._logits_to_keep = "logits_to_keep" in params
+        self.forward_params = _base_forward_params(model)
+        self._logits_to_keep = "logits_to_keep" in self.forward_params
 
     @property
     def device(self) -> torch.device:
@@ -123,6 +127,25 @@ class Extractor:
     def _tick(self, n: int) -> None:
         if self.progress is not None:
             self.progress(n)
+
+    # ------------------------------------------------------------------ all at once
+    def run(
+        self,
+        prompts: Sequence[Sequence[int]],
+        continuations: Sequence[Sequence[int] | None] | None = None,
+        *,
+        want_hidden: bool = True,
+        want_generation: bool = False,
+        tick_per_row: int = 1,
+    ) -> tuple[ScoreOutput, list[str] | None]:
+        """Pooled hidden vectors, continuation log-probabilities (NaN where a continuation is None or
+        empty) and greedy continuations from one prefill per batch, the batch's shared prefix run once
+        (``shared_prefill``); falls back to separate ``generate`` and ``score`` passes where the model's
+        cache does not allow it."""
+        from .shared_prefill import run_all
+
+        return run_all(self, prompts, continuations, want_hidden=want_hidden, want_generation=want_generation,
+                       tick_per_row=tick_per_row)
 
     # ------------------------------------------------------------------ generation
     def _generation_config(self) -> Any:

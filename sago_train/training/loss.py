@@ -22,8 +22,10 @@ forward pass (a tensor autograd keeps alive anyway, as the next block's saved in
 no tensor work inside the forward, which keeps them correct when a block is recomputed under activation
 checkpointing: a recomputation happens during backward, after the hooks are removed; and if a model
 re-runs a block within the forward, the first capture is kept and the repeats are counted. A hook on the
-backbone keeps its output (the final hidden states); the LM head is applied to the target-predicting rows
-only, and the divergence is a fused function that keeps only those logits for backward.
+backbone keeps its output (the final hidden states); when the forward built no logits, the LM head is
+applied to the target-predicting rows only; when it did, those rows are selected from its logits (after a
+first batch checks that both agree). The divergence is a fused function that keeps only those rows for
+backward.
 
 Both terms are computed in float32 with autocast off, whatever the forward ran in (float64 for a float64
 model, so gradients can be checked by finite differences).
@@ -97,10 +99,10 @@ class StabilityTerms:
 class StabilityLoss:
     """The stability terms for one model: layer resolution, capture and computation.
 
-    The confidence term projects only the target-predicting final hidden states through the LM head (the
-    backbone's output is captured by a hook), so it works whether or not the forward built the logits (TRL's
-    fused head does not). When the logits are available too, the first batch checks that both agree (a model
-    whose head does something this projection misses) and falls back to the logits if not.
+    The confidence term reads the target-predicting rows of the model's logits when the forward built them,
+    and otherwise projects the target-predicting final hidden states (captured by a hook) through the LM head
+    (TRL's fused head builds no logits). The first batch with logits checks that both agree (a model whose
+    head does something the projection misses) and warns if not.
 
     Example (a custom training loop):
         >>> loss_fn = StabilityLoss(StabilityConfig(act_weight=0.5, conf_weight=0.5), model)  # doctest: +SKIP
@@ -154,6 +156,11 @@ class StabilityLoss:
     def _confidence_rows(
         self, capture: HiddenCapture, layout: GroupLayout, logits: torch.Tensor | None, model: nn.Module | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if logits is not None and self.head_from_hidden is not None:
+            # The forward built the logits anyway: selecting the target-predicting rows costs no second LM-head
+            # pass (at a 49k vocabulary that projection and its backward cost ~5% of a training step). The
+            # projection below serves forwards that build no logits (TRL's fused head), checked once here.
+            return predicting_rows(logits, layout)
         hidden_ok = capture.final is not None and model is not None and self.head_from_hidden is not False
         if hidden_ok:
             hidden_rows, mask = predicting_rows(capture.final, layout)
