@@ -42,7 +42,7 @@ demo-real: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m sago_train.cli.main eval \
 		--model sago://smollm2-135m-instruct --max-groups 12 --quiet --out $(DEMO_REAL)/base-eval
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/run_demo.py --recipe recipes/demo-real.yaml \
-		--out $(DEMO_REAL) --arms canonical,augment,stability --baseline augment
+		--out $(DEMO_REAL) --arms canonical,augment,stability,relative --baseline augment
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts
