@@ -299,6 +299,7 @@ class SAGOEvaluator:
                 reference=g.reference,
                 outputs=outs,
                 hidden=hidden[sl] if hidden is not None else None,
+                layers=self.layers if hidden is not None else None,
                 logprobs=logprobs[sl] if logprobs is not None else None,
                 similarity=self.similarity if "generations" in self.needs else None,
             )
@@ -373,6 +374,7 @@ def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:
         reference=g.reference,
         outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
         hidden=g.hidden[idx] if g.hidden is not None else None,
+        layers=g.layers,
         logprobs=g.logprobs[idx] if g.logprobs is not None else None,
         similarity=g.similarity,
     )
