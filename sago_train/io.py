@@ -7,7 +7,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,14 @@ def read_jsonl(
     max_file_bytes: int = MAX_SET_FILE_BYTES,
     max_line_bytes: int = MAX_LINE_BYTES,
     what: str = "JSONL file",
+    on_bad_line: Callable[[SagoInputError], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors.
 
     The file is streamed one line at a time: a non-regular file (FIFO, device) or one larger than
     ``max_file_bytes`` is refused before reading, and a line longer than ``max_line_bytes`` is refused
-    without being held whole."""
+    without being held whole. A line that does not parse (malformed JSON, invalid UTF-8) raises, or, with
+    ``on_bad_line``, is handed to it as the located error and skipped."""
     p = Path(path)
     limit_name = "MAX_SET_FILE_BYTES" if max_file_bytes == MAX_SET_FILE_BYTES else ""
     with open_regular_file(p, max_bytes=max_file_bytes, what=what, limit_name=limit_name) as f:
@@ -97,7 +99,14 @@ def read_jsonl(
                     )
             if not raw.strip():
                 continue
-            yield lineno, _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
+            try:
+                value = _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
+            except SagoInputError as err:
+                if on_bad_line is None:
+                    raise
+                on_bad_line(err)
+                continue
+            yield lineno, value
 
 
 def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
