@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import SagoInputError
-from ..eval.config import SAGOConfig, parse_int_list
+from ..eval.config import SAGOConfig
 from ..results.store import SUMMARY
 from .dataclass_args import add_dataclass_arguments, dataclass_options
 
@@ -41,7 +41,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> SAGOConfig:
     return SAGOConfig(**dataclass_options(args, SAGOConfig, convert={
         "axes": ",".join,  # --axes a,b and --axes a --axes b
-        "layers": lambda text: parse_int_list(text, "layers"),
         "stop_strings": lambda values: [_unescape(v) for v in values],
     }))
 

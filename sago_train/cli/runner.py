@@ -240,7 +240,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
 
     stability = recipe.stability
     if fmt == "groups" and stability is None:
-        stability = StabilityConfig(act_weight=0.0, conf_weight=0.0)  # groups without the extra terms
+        stability = StabilityConfig()  # StabilityConfig's defaults, as StabilityTrainer without stability_config
     if stability is not None and stability.enabled and fmt != "groups":
         raise SagoInputError("the stability loss needs training data of variant groups ({variants, target})",
                              source=recipe.source, key="data.train")
