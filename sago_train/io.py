@@ -4,9 +4,12 @@ cannot escape their directory, and the run lock."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -242,10 +245,6 @@ def acquire_run_lock(directory: str | os.PathLike[str]) -> Path:
     drops it when the owner dies (even by SIGKILL), so a lock left by a dead process is stale by construction:
     the next run takes it over (and logs whose it was). Re-acquiring in the same process is allowed (a resumed
     ``train()``, the CLI and the callback). Raises :class:`sago_train.errors.SagoInputError` naming the owner."""
-    import logging
-    import socket
-    import time
-
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     path = (root / LOCK_NAME).resolve()

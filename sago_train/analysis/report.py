@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import SagoInputError
 from ..functional import stats
+from ..io import atomic_write_text
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 from ..results.store import HISTORY, Run
 from ..version import __version__
@@ -333,7 +334,6 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             md.append(f"No significant stability difference from `{ref}` on any set or axis.")
         md.append("")
 
-    from ..io import atomic_write_text
 
     atomic_write_text(result.markdown, "\n".join(md).rstrip() + "\n")
     return result
