@@ -139,7 +139,7 @@ def test_sft_trainer(tmp_path):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
-    from ..conftest import make_byte_tokenizer, make_tiny_model
+    from .._helpers.tiny import make_byte_tokenizer, make_tiny_model
 
     tok = make_byte_tokenizer()
     ds = Dataset.from_dict({"prompt": [f"The number {i} is" for i in range(32)],
