@@ -35,18 +35,14 @@ demo: $(STAMP)
 
 # The real-model demo (recipes/demo-real.yaml): SmolLM2-135M-Instruct (sago://smollm2-135m-instruct, converted
 # once into the cache) is evaluated on the bundled real-model sets, then learns made-up capitals with LoRA in
-# three arms (no loss / augmentation / stability loss), monitored by SAGO on held-out phrasings; a report
-# compares the arms (runs/demo-real/report/report.md). W&B logs offline unless logged in.
+# three arms (canonical / augment / stability), monitored by SAGO on held-out phrasings; the demo script
+# compares the arms (runs/demo-real/report/report.md, runs/demo-real/headline.md). W&B logs offline.
 DEMO_REAL ?= runs/demo-real
-SAGO := HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m sago_train.cli.main
 demo-real: $(STAMP)
-	$(SAGO) eval --model sago://smollm2-135m-instruct --max-groups 12 --quiet --out $(DEMO_REAL)/base-eval
-	$(SAGO) run recipes/demo-real.yaml --name no-loss --output-dir $(DEMO_REAL)/no-loss
-	$(SAGO) run recipes/demo-real.yaml --name augmentation --output-dir $(DEMO_REAL)/augmentation \
-		--stability.task_loss_variants=all
-	$(SAGO) run recipes/demo-real.yaml --name stability --output-dir $(DEMO_REAL)/stability \
-		--stability.act_weight=1.0 --stability.conf_weight=0.5
-	$(SAGO) report $(DEMO_REAL)/no-loss $(DEMO_REAL)/augmentation $(DEMO_REAL)/stability --out $(DEMO_REAL)/report
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m sago_train.cli.main eval \
+		--model sago://smollm2-135m-instruct --max-groups 12 --quiet --out $(DEMO_REAL)/base-eval
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/run_demo.py --recipe recipes/demo-real.yaml \
+		--out $(DEMO_REAL) --arms canonical,augment,stability --baseline augment
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts

@@ -208,3 +208,19 @@ def test_typo_noise_keeps_the_template_scaffold():
 )
 def test_planned_threads(current, default, cores, processes, env, expected):
     assert planned_threads(current, default, cores, processes, env) == expected
+
+
+# ------------------------------------------------------------------ demo-real data
+def test_demo_real_data_is_reproduced_and_holds_out_its_phrasings():
+    script = ROOT / "scripts" / "build_real_demo.py"
+    code = (f"import runpy, json; m = runpy.run_path({str(script)!r}, run_name='lib'); "
+            "print(json.dumps({'train': [m['train_group'](c, cap) for c, cap in m['FACTS']], **m['monitor_sets']()}))")
+    built = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+    root = ROOT / "sago_train" / "assets" / "demo-real"
+    for name, rows in built.items():
+        assert rows == [json.loads(line) for line in (root / f"{name}.jsonl").read_text().splitlines()], name
+    trained = {m[0]["content"] for g in built["train"] for m in g["variants"]}
+    for name in ("paraphrase", "format", "typo"):
+        for g in built[name]:
+            assert g["variants"][0] in trained  # the canonical phrasing is the one taught
+            assert not set(g["variants"][1:]) & trained, (name, g["id"])  # the others are held out
