@@ -90,6 +90,8 @@ def test_nan_hidden_states_are_skipped_and_counted(tmp_path):
         if not state["broken"]:
             return None
         h = output[0] if isinstance(output, tuple) else output
+        if h.shape[0] == 1:  # the batch's shared prefix runs as a batch of one: poisoning it would reach every row
+            return None
         h = h.clone()
         h[:1] = float("nan")  # the first row of each batch goes bad
         return (h, *output[1:]) if isinstance(output, tuple) else h
