@@ -33,13 +33,22 @@ from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
 from .early_stopping import check_target
 from .monitor import MonitorState
-from .options import MonitorOptions
+from .options import LOG_LEVELS, MonitorOptions
 from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
 from .wandb import log_wandb_extras
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "eval_sago"
+
+
+def headline_metrics(metrics: dict[str, float], result: EvalResult) -> dict[str, float]:
+    """The keys of ``metrics`` that the default log level sends to the Trainer log: per set the axis means,
+    ``instability`` and ``accuracy``; the overall instability; the runtime. At most sets x (axes + 2) + 2."""
+    keep = {f"{PREFIX}/instability", f"{PREFIX}/runtime"}
+    for name, s in result.sets.items():
+        keep.update(f"{PREFIX}/{name}/{key}" for key in (*s.summaries, "instability", "accuracy"))
+    return {k: v for k, v in metrics.items() if k in keep}
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -60,6 +69,11 @@ class SAGOCallback(TrainerCallback):
             the baseline and the final one included (0.05 = 5%); the next step is re-estimated after every
             evaluation from measured times. A run shorter than about ``2 * eval_time / budget`` gets only the
             baseline and the final evaluation.
+        log_level: ``"default"``: each evaluation logs, per set, the axis means, ``instability`` and accuracy, plus
+            the overall instability and the runtime; CI bounds, p-values, ``_vs_baseline`` / ``_vs_best`` and
+            set-level figures go to ``history.jsonl`` and the W&B summary and tables only. ``"full"``: all of them
+            in the Trainer log too. Either way the Trainer's evaluation metrics get every number, so
+            ``metric_for_best_model`` may name any of them.
         raise_on_error: re-raise an exception from an evaluation instead of logging it and training on.
         trainer: the Trainer to log through (see the module doc); or bind later with :meth:`attach`.
         guard_reporters: opt-in: when bound, wrap the Trainer's reporting integrations so that one that fails
@@ -91,6 +105,7 @@ class SAGOCallback(TrainerCallback):
         eval_steps: int | None = MonitorOptions.eval_steps,
         baseline: bool = MonitorOptions.baseline,
         overhead_budget: float = MonitorOptions.overhead_budget,
+        log_level: str = MonitorOptions.log_level,
         raise_on_error: bool = False,
         trainer: Any = None,
         guard_reporters: bool = False,
@@ -111,6 +126,9 @@ class SAGOCallback(TrainerCallback):
         if not (isinstance(overhead_budget, (int, float)) and overhead_budget > 0 and math.isfinite(overhead_budget)):
             raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
         self.overhead_budget = float(overhead_budget)
+        if log_level not in LOG_LEVELS:
+            raise SagoInputError(f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
+        self.log_level = log_level
         self.raise_on_error = raise_on_error
         self.guard_reporters = guard_reporters
         self.log_unstable_groups = log_unstable_groups
@@ -378,9 +396,11 @@ class SAGOCallback(TrainerCallback):
         self._done[state.global_step] = metrics
         if distributed.is_main_process():
             self._write(state, result, compare, seconds)
-        self._log(metrics, state, control)
+        logged = metrics if self.log_level == "full" else headline_metrics(metrics, result)
+        self._log(logged, state, control)
         if "wandb" in (args.report_to or []):
-            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups)
+            details = {k: v for k, v in metrics.items() if k not in logged}
+            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details)
         for listener in self._listeners:
             listener.on_sago_evaluate(args, state, control, result=result, evaluation=evaluation, monitor=self.monitor)
         return metrics
