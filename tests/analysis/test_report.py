@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sago_train.analysis.formatting import fmt_num, fmt_p
 from sago_train.cli.main import main
 
 from .._helpers.results_dirs import (
@@ -210,7 +211,7 @@ def test_report_findings_are_computed_per_set_from_records(tmp_path, capsys):
     section = md[md.index("## Findings"):]
     rel = split_half_reliability(ha, hb)
     row = next(line for line in section.splitlines() if line.startswith("| A | setX | activation |"))
-    assert f"| {rel.r:.2f} | {rel.reliability:.2f} | {rel.p_value:.3g} | 30 | not noise |" in row
+    assert f"| {fmt_num(rel.r)} | {fmt_num(rel.reliability)} | {fmt_p(rel.p_value)} | 30 | not noise |" in row
     # Records without halves: said, not invented.
     assert "| A | setY | activation | - | - | - | 0 | not computed (needs at least 3 groups with K >= 4" in section
     # Finding 2 per set with the numbers of axis_relations on that set's groups alone.
