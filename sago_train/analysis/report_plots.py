@@ -35,7 +35,7 @@ def _figure_class() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError:  # matplotlib is the optional "report" extra
-        raise SagoInputError("the report's plots need matplotlib: pip install 'sago_train[report]'") from None
+        raise SagoInputError("the report's plots need matplotlib: pip install matplotlib (a sago_train dependency)") from None
     return Figure
 
 

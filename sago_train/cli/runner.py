@@ -165,7 +165,7 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
         try:
             import peft
         except ImportError as err:
-            raise SagoInputError("model.lora needs peft", hint="pip install 'sago_train[peft]'") from err
+            raise SagoInputError("model.lora needs peft", hint="pip install peft (a sago_train dependency)") from err
         config = peft.LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
         try:
