@@ -34,6 +34,7 @@ from ..results.store import SAGO_DIR
 from .early_stopping import check_target
 from .monitor import MonitorState
 from .options import LOG_LEVELS, MonitorOptions
+from .progress import SetProgress, ensure_console, planned_evaluations, stderr_is_terminal
 from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
 from .wandb import log_wandb_extras
 
@@ -146,6 +147,7 @@ class SAGOCallback(TrainerCallback):
         self._auto = False
         self._next_auto: int | None = None
         self._clock: dict[str, float] = {}
+        self._cost: dict[str, float] | None = None  # the cadence's planned cost, until its share can be said
         self._pending = False
         self._listeners: list[Any] = []
         self._attempted: set[int] = set()  # steps evaluated or tried (a failed step is not retried at the end)
@@ -198,6 +200,9 @@ class SAGOCallback(TrainerCallback):
         self._auto = self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
         self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
+        self._cost: dict[str, float] | None = None
+        if main:
+            ensure_console(logging.INFO)
         if self.baseline and state.global_step not in self._done and not resumed:
             self._evaluate(args, state, control, kwargs)
 
@@ -252,6 +257,8 @@ class SAGOCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        if self._cost is not None and state.global_step - int(self._clock["step"]) >= 3:
+            self._say_cost_share(state)
         final = self.evaluate_at_end and (control.should_training_stop or state.global_step >= state.max_steps > 0)
         if final and state.global_step not in self._done and state.global_step not in self._attempted:
             # The final evaluation runs here, at the last step, not in on_train_end: by then the Trainer may
@@ -316,19 +323,25 @@ class SAGOCallback(TrainerCallback):
             self._release_lock()
 
     # ------------------------------------------------------------------ evaluation
-    def _progress(self, args: TrainingArguments, total: int) -> tuple[Callable[[int], None] | None, Any]:
-        if args.disable_tqdm or not distributed.is_main_process():
+    def _progress(self, args: TrainingArguments, evaluator: SAGOEvaluator, step: int
+                  ) -> tuple[Callable[[int], None] | None, Any]:
+        if not distributed.is_main_process():
+            return None, None
+        if not stderr_is_terminal():  # a log file: a bar would draw nothing there
+            counts = {name: evaluator.count_sequences({name: vs}) for name, vs in self.sets.items()}
+            return SetProgress(counts, logger.info, label=f"sago step {step}"), None
+        if args.disable_tqdm:
             return None, None
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc="SAGO eval", leave=False, dynamic_ncols=True)
+        bar = tqdm(total=evaluator.count_sequences(self.sets), desc="SAGO eval", leave=False, dynamic_ncols=True)
         return bar.update, bar
 
-    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments) -> EvalResult:
+    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int) -> EvalResult:
         config = self.config
         while True:
             evaluator = SAGOEvaluator(model, tokenizer, config=config)
-            tick, bar = self._progress(args, evaluator.count_sequences(self.sets))
+            tick, bar = self._progress(args, evaluator, step)
             try:
                 return evaluator.evaluate(self.sets, progress=tick)
             except RuntimeError as err:
@@ -360,7 +373,7 @@ class SAGOCallback(TrainerCallback):
         self._attempted.add(state.global_step)
         try:
             with RNGGuard():
-                result = self._run_evaluator(model, tokenizer, args)
+                result = self._run_evaluator(model, tokenizer, args, state.global_step)
         except Exception as err:  # noqa: BLE001 - monitoring must never cost the training run
             if self.raise_on_error or distributed.world_size() > 1:
                 # With several processes the other ranks may be waiting in a collective of this evaluation:
@@ -374,6 +387,8 @@ class SAGOCallback(TrainerCallback):
         if self._clock:
             self._clock["eval"] += seconds
             self._clock["last_eval"] = seconds
+        if self._clock and state.global_step == int(self._clock["step"]) and distributed.is_main_process():
+            self._say_cost(args, state, seconds)
         if self._auto and state.global_step > int(self._clock["step"]):
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1
@@ -404,6 +419,33 @@ class SAGOCallback(TrainerCallback):
         for listener in self._listeners:
             listener.on_sago_evaluate(args, state, control, result=result, evaluation=evaluation, monitor=self.monitor)
         return metrics
+
+    def _say_cost(self, args: TrainingArguments, state: TrainerState, seconds: float) -> None:
+        """After the first evaluation of the run: what one costs, and what the cadence will cost in all."""
+        n = planned_evaluations(
+            max_steps=state.max_steps, start_step=state.global_step, eval_steps=self.eval_steps,
+            trainer_strategy=str(getattr(args.eval_strategy, "value", args.eval_strategy)),
+            trainer_eval_steps=args.eval_steps, epochs=args.num_train_epochs, at_end=self.evaluate_at_end)
+        if n is None:
+            logger.info("sago: one evaluation took %.1f s; the automatic cadence keeps evaluations within %.0f%% of "
+                        "training time", seconds, 100 * self.overhead_budget)
+            return
+        self._cost = {"n": n, "seconds": seconds}
+        logger.info("sago: one evaluation took %.1f s; the cadence plans %d more up to step %d: about %.0f s "
+                    "(the share of training time follows once a few steps are timed)", seconds, n, state.max_steps,
+                    n * seconds)
+
+    def _say_cost_share(self, state: TrainerState) -> None:
+        cost, self._cost = self._cost, None
+        if cost is None or not distributed.is_main_process():
+            return
+        steps = state.global_step - int(self._clock["step"])
+        step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
+        train_s = step_s * (state.max_steps - int(self._clock["step"]))
+        total = cost["n"] * cost["seconds"]
+        logger.info("sago: at %.2f s per training step (%d steps timed), training takes about %.0f s; the %d planned "
+                    "evaluations (%.0f s) add %.0f%% to it", step_s, steps, train_s, int(cost["n"]), total,
+                    100 * total / train_s)
 
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
         if self.monitor is None:

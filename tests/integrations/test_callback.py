@@ -129,6 +129,20 @@ def test_log_level_bounds_the_keys_of_one_evaluation(tmp_path, log_level):
     assert "eval_sago/num/activation_vs_best" in cb._done[2]
 
 
+def test_cost_and_progress_lines(tmp_path, caplog):
+    """After the baseline: seconds per evaluation and the cadence's total; once steps are timed, its share;
+    per set a progress line (pytest's stderr is not a terminal, as in a log file)."""
+    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb], max_steps=10)
+    with caplog.at_level("INFO", logger="sago_train"):
+        tr.train()
+    text = caplog.text
+    assert "the cadence plans 2 more up to step 10: about" in text
+    assert "(3 steps timed)" in text and "the 2 planned evaluations" in text and "% to it" in text
+    for step in (0, 5, 10):
+        assert f"sago step {step}: set 'num' done (1/1 sets, " in text
+
+
 def test_log_level_is_checked():
     from sago_train.errors import SagoInputError
 
