@@ -34,7 +34,14 @@ from ..results.store import SAGO_DIR
 from .early_stopping import check_target
 from .monitor import MonitorState
 from .options import LOG_LEVELS, MonitorOptions
-from .progress import SetProgress, ensure_console, planned_evaluations, stderr_is_terminal
+from .progress import (
+    SetProgress,
+    cost_line,
+    ensure_console,
+    planned_evaluations,
+    share_line,
+    stderr_is_terminal,
+)
 from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
 from .wandb import log_wandb_extras
 
@@ -426,26 +433,16 @@ class SAGOCallback(TrainerCallback):
             max_steps=state.max_steps, start_step=state.global_step, eval_steps=self.eval_steps,
             trainer_strategy=str(getattr(args.eval_strategy, "value", args.eval_strategy)),
             trainer_eval_steps=args.eval_steps, epochs=args.num_train_epochs, at_end=self.evaluate_at_end)
-        if n is None:
-            logger.info("sago: one evaluation took %.1f s; the automatic cadence keeps evaluations within %.0f%% of "
-                        "training time", seconds, 100 * self.overhead_budget)
-            return
-        self._cost = {"n": n, "seconds": seconds}
-        logger.info("sago: one evaluation took %.1f s; the cadence plans %d more up to step %d: about %.0f s "
-                    "(the share of training time follows once a few steps are timed)", seconds, n, state.max_steps,
-                    n * seconds)
+        self._cost = None if n is None else {"n": n, "seconds": seconds}
+        logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget))
 
     def _say_cost_share(self, state: TrainerState) -> None:
         cost, self._cost = self._cost, None
-        if cost is None or not distributed.is_main_process():
-            return
-        steps = state.global_step - int(self._clock["step"])
-        step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
-        train_s = step_s * (state.max_steps - int(self._clock["step"]))
-        total = cost["n"] * cost["seconds"]
-        logger.info("sago: at %.2f s per training step (%d steps timed), training takes about %.0f s; the %d planned "
-                    "evaluations (%.0f s) add %.0f%% to it", step_s, steps, train_s, int(cost["n"]), total,
-                    100 * total / train_s)
+        if cost is not None and distributed.is_main_process():
+            steps = state.global_step - int(self._clock["step"])
+            step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
+            logger.info(share_line(step_s, steps, state.max_steps - int(self._clock["step"]), int(cost["n"]),
+                                   cost["seconds"]))
 
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
         if self.monitor is None:

@@ -77,3 +77,21 @@ def planned_evaluations(*, max_steps: int, start_step: int, eval_steps: int | No
         return None
     n = max_steps // every - start_step // every
     return n + int(at_end and max_steps % every != 0)
+
+
+def cost_line(seconds: float, n: int | None, max_steps: int, budget: float) -> str:
+    """The line after the baseline: one evaluation's time and the cadence's planned total (``n`` evaluations;
+    None: the automatic cadence, bounded by ``budget``)."""
+    if n is None:
+        return (f"sago: one evaluation took {seconds:.1f} s; the automatic cadence keeps evaluations within "
+                f"{100 * budget:.0f}% of training time")
+    return (f"sago: one evaluation took {seconds:.1f} s; the cadence plans {n} more up to step {max_steps}: about "
+            f"{n * seconds:.0f} s (the share of training time follows once a few steps are timed)")
+
+
+def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: float) -> str:
+    """The line once a few steps are timed: estimated training time and the planned evaluations' share of it."""
+    train_s = step_s * steps
+    total = n * seconds
+    return (f"sago: at {step_s:.2f} s per training step ({steps_timed} steps timed), training takes about "
+            f"{train_s:.0f} s; the {n} planned evaluations ({total:.0f} s) add {100 * total / train_s:.0f}% to it")

@@ -55,3 +55,14 @@ def test_console_only_when_logging_is_unconfigured(monkeypatch):
     monkeypatch.setattr(lib, "level", logging.NOTSET)
     progress.ensure_console(logging.INFO)
     assert len(lib.handlers) == 1 and lib.level == logging.INFO and lib.propagate is False
+
+
+def test_cost_lines():
+    assert progress.cost_line(12.34, 4, 100, 0.05) == (
+        "sago: one evaluation took 12.3 s; the cadence plans 4 more up to step 100: about 49 s (the share of "
+        "training time follows once a few steps are timed)")
+    assert progress.cost_line(2.0, None, 100, 0.05) == (
+        "sago: one evaluation took 2.0 s; the automatic cadence keeps evaluations within 5% of training time")
+    assert progress.share_line(0.5, 3, 100, 4, 12.5) == (
+        "sago: at 0.50 s per training step (3 steps timed), training takes about 50 s; the 4 planned evaluations "
+        "(50 s) add 100% to it")
