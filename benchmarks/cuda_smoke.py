@@ -49,7 +49,13 @@ def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4, dev
 
     from sago_train.training.loss import StabilityConfig
     from sago_train.training.trainer import StabilityTrainer
-    from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
+    from tests._helpers.tiny import (
+        SPECIALS_FIRST,
+        TAGGED_TEMPLATE,
+        make_byte_tokenizer,
+        make_tiny_model,
+        tiny_groups,
+    )
 
     class Recorder(TrainerCallback):
         def __init__(self) -> None:
@@ -58,7 +64,7 @@ def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4, dev
         def on_log(self, args, state, control, logs=None, **kwargs):
             self.logs.append(dict(logs or {}))
 
-    model = make_llama(num_hidden_layers=4, hidden_size=64)
+    model = make_tiny_model("llama", layers=4, hidden=64, ids=SPECIALS_FIRST, eval_mode=False)
     if lora:
         from peft import LoraConfig, get_peft_model
 
@@ -72,7 +78,7 @@ def train_smoke(*, gradient_checkpointing: bool, lora: bool, steps: int = 4, dev
             **{checkpointing_arg(): gradient_checkpointing},
         )
         trainer = StabilityTrainer(
-            model=model, args=args, train_dataset=tiny_groups(8), processing_class=make_tokenizer(),
+            model=model, args=args, train_dataset=tiny_groups(8), processing_class=make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST),
             stability_config=StabilityConfig(act_weight=0.5, conf_weight=0.5), callbacks=[recorder],
         )
         trainer.train()

@@ -7,6 +7,7 @@ Every user-facing validation error is a :class:`SagoInputError`: it says *where*
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,7 +47,7 @@ class SagoInputError(ValueError):
             where += ": "
         elif self.line is not None:
             where = f"line {self.line}: "
-        from .limits import MAX_ERROR_CHARS
+        from .limits import MAX_ERROR_CHARS  # limits imports errors: a cycle at module level
 
         field = f"field '{self.key}': " if self.key is not None else ""
         message = self.message
@@ -85,9 +86,7 @@ def short_repr(value: object, limit: int | None = None) -> str:
         >>> short_repr([[1, 2, 3, 4, 5, 6, 7, 8]] * 100)[:25]
         '[[1, 2, 3, 4, 5, 6, ...],'
     """
-    import reprlib
-
-    from .limits import MAX_REPR_CHARS
+    from .limits import MAX_REPR_CHARS  # limits imports errors: a cycle at module level
 
     limit = MAX_REPR_CHARS if limit is None else limit
     r = reprlib.Repr()

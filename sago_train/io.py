@@ -4,10 +4,13 @@ cannot escape their directory, and the run lock."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import socket
 import tempfile
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +65,14 @@ def read_jsonl(
     max_file_bytes: int = MAX_SET_FILE_BYTES,
     max_line_bytes: int = MAX_LINE_BYTES,
     what: str = "JSONL file",
+    on_bad_line: Callable[[SagoInputError], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors.
 
     The file is streamed one line at a time: a non-regular file (FIFO, device) or one larger than
     ``max_file_bytes`` is refused before reading, and a line longer than ``max_line_bytes`` is refused
-    without being held whole."""
+    without being held whole. A line that does not parse (malformed JSON, invalid UTF-8) raises, or, with
+    ``on_bad_line``, is handed to it as the located error and skipped."""
     p = Path(path)
     limit_name = "MAX_SET_FILE_BYTES" if max_file_bytes == MAX_SET_FILE_BYTES else ""
     with open_regular_file(p, max_bytes=max_file_bytes, what=what, limit_name=limit_name) as f:
@@ -97,7 +102,14 @@ def read_jsonl(
                     )
             if not raw.strip():
                 continue
-            yield lineno, _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
+            try:
+                value = _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
+            except SagoInputError as err:
+                if on_bad_line is None:
+                    raise
+                on_bad_line(err)
+                continue
+            yield lineno, value
 
 
 def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
@@ -233,10 +245,6 @@ def acquire_run_lock(directory: str | os.PathLike[str]) -> Path:
     drops it when the owner dies (even by SIGKILL), so a lock left by a dead process is stale by construction:
     the next run takes it over (and logs whose it was). Re-acquiring in the same process is allowed (a resumed
     ``train()``, the CLI and the callback). Raises :class:`sago_train.errors.SagoInputError` naming the owner."""
-    import logging
-    import socket
-    import time
-
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     path = (root / LOCK_NAME).resolve()

@@ -17,7 +17,13 @@ from transformers import TrainerCallback, TrainingArguments
 
 from sago_train.training.loss import StabilityConfig
 from sago_train.training.trainer import StabilityTrainer
-from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
+from tests._helpers.tiny import (
+    SPECIALS_FIRST,
+    TAGGED_TEMPLATE,
+    make_byte_tokenizer,
+    make_tiny_model,
+    tiny_groups,
+)
 
 
 class Recorder(TrainerCallback):
@@ -55,10 +61,10 @@ def main() -> None:
     )
     recorder = Recorder()
     trainer = RowCountingTrainer(
-        model=make_llama(num_hidden_layers=4),
+        model=make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False),
         args=args,
         train_dataset=tiny_groups(8),
-        processing_class=make_tokenizer(),
+        processing_class=make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST),
         stability_config=StabilityConfig(act_weight=1.0, conf_weight=1.0),
         callbacks=[recorder],
     )

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
 
-from .conftest import make_byte_tokenizer, make_tiny_model
+from ._helpers.tiny import make_byte_tokenizer, make_tiny_model
 
 TOK = make_byte_tokenizer()
 MODEL = make_tiny_model("llama", seed=5)

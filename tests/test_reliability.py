@@ -335,8 +335,8 @@ def test_cli_refuses_a_fresh_run_over_history_before_loading_the_model(tmp_path,
 def _trainer_without_processing_class(out: Path, callback: SAGOCallback, **kwargs):
     from transformers import Trainer, TrainingArguments
 
+    from ._helpers.tiny import make_byte_tokenizer, make_tiny_model
     from ._helpers.trainer import train_dataset
-    from .conftest import make_byte_tokenizer, make_tiny_model
 
     args = TrainingArguments(output_dir=str(out), max_steps=2, per_device_train_batch_size=8, report_to=[],
                              save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
@@ -352,7 +352,7 @@ def test_callback_without_a_tokenizer_fails_at_train_begin(tmp_path, caplog):
 
     from sago_train.errors import SagoInputError
 
-    from .conftest import make_byte_tokenizer
+    from ._helpers.tiny import make_byte_tokenizer
 
     tr = _trainer_without_processing_class(tmp_path / "a", SAGOCallback(variant_set(), eval_steps=2, **FAST))
     with pytest.raises(SagoInputError, match=r"no tokenizer: pass processing_class=tokenizer to the Trainer, or "

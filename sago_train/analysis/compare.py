@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import SagoInputError
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
-from ..results.store import HISTORY, SAGO_DIR, SUMMARY, Run, load_eval_dir, read_history
+from ..results.store import HISTORY, SAGO_DIR, SUMMARY, Run, load_eval_dir
 from .ranking import ALPHA, available_axes, compare_evaluations, paired_flip_test
 
 __all__ = ["ACCURACY", "ALPHA", "BETWEEN", "INSTABILITY", "Evaluation", "Run", "available_axes",
@@ -75,7 +75,7 @@ def load_source(spec: str | Path) -> Run | Evaluation:
             f"{path} holds no SAGO results: expected summary.json (from 'sago-train eval --out') or "
             "sago/history.jsonl (a training run monitored by SAGOCallback)"
         )
-    run = Run(label=run_dir.resolve().name, path=run_dir, sago_dir=sago_dir, history=read_history(sago_dir))
+    run = Run.read(run_dir, sago_dir)
     if step is None:
         return run
     ev = run.evaluation(step)

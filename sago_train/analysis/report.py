@@ -31,8 +31,9 @@ import numpy as np
 
 from ..errors import SagoInputError
 from ..functional import stats
+from ..io import atomic_write_text
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
-from ..results.store import Run
+from ..results.store import HISTORY, Run
 from ..version import __version__
 from .formatting import constant_line, fmt_num, fmt_p, p_text
 from .report_findings import findings_markdown
@@ -163,7 +164,8 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
 def _describe(src: Run | Evaluation) -> str:
     if isinstance(src, Run):
         steps = src.steps
-        return f"training run, {len(steps)} evaluation(s), steps {steps[0]}..{steps[-1]}"
+        skipped = f", {src.skipped_lines} corrupt history line(s) skipped" if src.skipped_lines else ""
+        return f"training run, {len(steps)} evaluation(s), steps {steps[0]}..{steps[-1]}{skipped}"
     if src.kind == "run":
         return f"training run, evaluation at step {src.step}"
     return "evaluation" + (f" of {src.model}" if src.model else "")
@@ -206,6 +208,8 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         ev.label = lab
     sets = ordered_union(e.sets for e in last)
     result = ReportResult(out_dir=out, markdown=out / "report.md")
+    result.notes += [f"{r.label}: skipped {r.skipped_lines} corrupt line(s) of {r.sago_dir / HISTORY} (each logged "
+                     "with its line number)" for r in runs if r.skipped_lines]
 
     md: list[str] = [
         "# SAGO report",
@@ -321,7 +325,6 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             md.append(f"No significant stability difference from `{ref}` on any set or axis.")
         md.append("")
 
-    from ..io import atomic_write_text
 
     atomic_write_text(result.markdown, "\n".join(md).rstrip() + "\n")
     return result

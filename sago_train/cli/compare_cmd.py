@@ -7,6 +7,7 @@ from typing import Any
 
 from ..analysis.formatting import fmt_num
 from ..errors import SagoInputError
+from ..io import atomic_write_json
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -102,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..analysis.compare import compare_evaluations, load_sources
-    from ..io import atomic_write_json
 
     evals = load_sources(args.dirs, last_only=True)
     result = compare_evaluations(evals, axes=args.axes)  # type: ignore[arg-type]

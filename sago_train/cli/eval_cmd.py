@@ -7,8 +7,12 @@ import os
 import sys
 from typing import Any
 
+import torch
+
 from ..errors import SagoInputError
-from ..eval.config import SAGOConfig, parse_int_list
+from ..eval.config import SAGOConfig
+from ..io import check_output_dir
+from ..model.tiny import tiny_model_path
 from ..results.store import SUMMARY
 from .dataclass_args import add_dataclass_arguments, dataclass_options
 
@@ -41,7 +45,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> SAGOConfig:
     return SAGOConfig(**dataclass_options(args, SAGOConfig, convert={
         "axes": ",".join,  # --axes a,b and --axes a --axes b
-        "layers": lambda text: parse_int_list(text, "layers"),
         "stop_strings": lambda values: [_unescape(v) for v in values],
     }))
 
@@ -74,8 +77,6 @@ def _sets_for(values: list[str] | None, model: str | None) -> Any:
 
 def _init_distributed() -> None:
     """Join the process group when launched by torchrun/accelerate (WORLD_SIZE > 1)."""
-    import torch
-
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -87,7 +88,6 @@ def _init_distributed() -> None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # validate options before loading anything heavy
     if args.out:  # an existing file or an unwritable folder fails now, not after the whole evaluation
-        from ..io import check_output_dir
 
         check_output_dir(args.out, what="--out")
     from rich.console import Console
@@ -102,14 +102,10 @@ def run(args: argparse.Namespace) -> int:
     _init_distributed()
     device = args.device
     if device is None and distributed.world_size() > 1:
-        import torch
-
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
     if args.model:
         model_path = args.model
     else:
-        from ..model.tiny import tiny_model_path
-
         model_path = tiny_model_path()
     evaluator = SAGOEvaluator.from_pretrained(
         model_path, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code, config=config
@@ -143,8 +139,6 @@ def run(args: argparse.Namespace) -> int:
             out = result.write(args.out)
             console.print(f"wrote {out / SUMMARY} and one JSONL of group records per set")
     if distributed.world_size() > 1:
-        import torch
-
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0

@@ -21,8 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SagoInputError, did_you_mean, short_repr
+from ..errors import SagoInputError, did_you_mean, short_repr, type_name
+from ..eval.config import SAGOConfig
+from ..integrations.early_stopping import SAGOEarlyStoppingCallback, check_target
+from ..io import validate_set_name
 from ..model.real import real_model_for
+from ..training.config import StabilityConfig
 from ..version import __version__
 from .recipe_sections import (
     SECTIONS,
@@ -174,8 +178,6 @@ _SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def _type_name(value: Any) -> str:
-    from ..errors import type_name
-
     return type_name(value)
 
 
@@ -223,9 +225,6 @@ def _line(data: Any, section: str, key: str) -> int | None:
 
 def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     """Validate a recipe mapping (every section and key) and build a :class:`Recipe`."""
-    from ..eval.config import SAGOConfig
-    from ..training.loss import StabilityConfig
-
     _check_keys("", data, list(SECTIONS), source)
     lines = getattr(data, "lines", {})
     version = data.get("sago_train_version")
@@ -280,7 +279,6 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     ):
         raise SagoInputError("expected a mapping of set names to JSONL paths", source=source, key="monitor.sets",
                              line=getattr(data.get("monitor"), "lines", {}).get("sets"))
-    from ..io import validate_set_name
 
     sets_lines = getattr(getattr(data.get("monitor"), "get", lambda _: None)("sets"), "lines", {})
     for set_name in monitor.sets:
@@ -294,7 +292,6 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     early = None
     if data.get("early_stopping") is not None:
         early = _build(EarlyStoppingSection, "early_stopping", data.get("early_stopping"), source)
-        from ..integrations.early_stopping import SAGOEarlyStoppingCallback, check_target
 
         try:
             SAGOEarlyStoppingCallback(**dataclasses.asdict(early))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 from ..errors import SagoInputError, did_you_mean, short_repr
 from ..errors import type_name as _type_name
 from ..integrations.options import EarlyStoppingOptions, MonitorOptions
+from ..model.loading import DTYPES
 
 
 @dataclass
@@ -52,8 +54,6 @@ class ModelSection:
 
     def __post_init__(self) -> None:
         if self.dtype is not None:
-            from ..model.loading import DTYPES
-
             if self.dtype != "auto" and self.dtype not in DTYPES:
                 raise SagoInputError(f"unknown dtype {short_repr(self.dtype)}.{did_you_mean(self.dtype[:50], DTYPES)} "
                                      f"Valid: auto, {', '.join(DTYPES)}", key="dtype")
@@ -126,7 +126,6 @@ def check_deepspeed(training: dict[str, Any], source: str | None, line: int | No
             raise SagoInputError(f"DeepSpeed config file not found: {short_repr(value)[1:-1]}", source=source,
                                  line=line, key="training.deepspeed",
                                  hint="give the path of a DeepSpeed JSON config, or remove the key")
-    import importlib.util
 
     if importlib.util.find_spec("deepspeed") is None:
         raise SagoInputError("training.deepspeed needs the deepspeed package, which is not installed",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError
+from ..results.store import Run
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -31,8 +32,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def default_out(source: Any) -> Path:
     """Where a single directory's report goes when --out is not given: beside the results it reads."""
-    from ..results.store import Run
-
     if isinstance(source, Run):
         return source.sago_dir / "report"
     if source.kind == "run" and source.records_dir is not None:  # RUN_DIR@STEP

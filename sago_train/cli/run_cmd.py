@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import SagoInputError
+from ..io import acquire_run_lock, check_output_dir, release_run_lock
 from ..results.store import SAGO_DIR, claim_history, history_path
 
 
@@ -47,7 +50,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from rich.console import Console
 
-    from ..io import acquire_run_lock, check_output_dir, release_run_lock
     from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
     from .runner import build_trainer, dry_run, save_resolved
 
@@ -105,7 +107,6 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     if cb is not None and cb.failures and trainer.is_world_process_zero():
         console.print(f"[yellow]{len(cb.failures)} SAGO evaluation(s) failed and were skipped:[/yellow] "
                       + "; ".join(f"step {f['step']}: {f['error'][:300]}" for f in cb.failures))
-    import torch
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()

@@ -10,12 +10,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from ..data.groups import VariantSet, too_long_variant
 from ..errors import SagoInputError
-from ..io import read_jsonl
+from ..eval.config import SAGOConfig
+from ..integrations.callback import SAGOCallback
+from ..integrations.early_stopping import SAGOEarlyStoppingCallback
+from ..io import atomic_write_text, read_jsonl, validate_set_name
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
+from ..model.layers import num_decoder_layers, resolve_layers
+from ..model.loading import load_model_and_tokenizer
+from ..threads import configure_torch_threads
+from ..training.collator import VariantGroupCollator, group_of
+from ..training.config import StabilityConfig
+from ..training.trainer import StabilitySFTTrainer, StabilityTrainer
 from .recipe import Recipe
 
 logger = logging.getLogger(__name__)
@@ -73,8 +83,6 @@ def validate_groups(
     """Check every training group (``{variants, target}``) up front, naming the file and line, so that a bad
     record fails before the model loads instead of in the collator in the middle of training. With
     ``batch_size > 1`` groups are batched together, so they must all have the same number of variants."""
-    from ..training.collator import group_of
-
     first: tuple[int, int | None] | None = None  # (K, line) of the first group
     for i, rec in enumerate(records):
         line = lines[i] if lines is not None else None
@@ -146,9 +154,6 @@ def tokenize_sft(records: list[dict[str, Any]], tokenizer: Any, max_length: int 
 
 
 def build_model(recipe: Recipe) -> tuple[Any, Any]:
-    from ..model.loading import load_model_and_tokenizer
-    from ..threads import configure_torch_threads
-
     configure_torch_threads()
     m = recipe.model
     try:
@@ -180,11 +185,6 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
 def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False) -> Any:
     """Everything but ``train()``: model, data, callbacks and the right trainer class. ``overwrite`` lets a
     fresh run replace another run's SAGO history in the output directory (see :class:`SAGOCallback`)."""
-    from ..eval.config import SAGOConfig
-    from ..integrations.callback import SAGOCallback
-    from ..integrations.early_stopping import SAGOEarlyStoppingCallback
-    from ..training.loss import StabilityConfig
-
     # Everything the user wrote (data, training arguments, sets, callbacks) is checked before the model loads,
     # so that a bad input fails fast with one clear line.
     src = recipe.resolve_path(recipe.data.train)
@@ -241,7 +241,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
 
     stability = recipe.stability
     if fmt == "groups" and stability is None:
-        stability = StabilityConfig(act_weight=0.0, conf_weight=0.0)  # groups without the extra terms
+        stability = StabilityConfig()  # StabilityConfig's defaults, as StabilityTrainer without stability_config
     if stability is not None and stability.enabled and fmt != "groups":
         raise SagoInputError("the stability loss needs training data of variant groups ({variants, target})",
                              source=recipe.source, key="data.train")
@@ -269,9 +269,6 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
 def _check_layers(recipe: Recipe, callbacks: list[Any], model: Any) -> None:
     """Monitoring layers out of range fail now (at --dry-run too), like ``stability.layers``, not at the first
     evaluation in the middle of training."""
-    from ..integrations.callback import SAGOCallback
-    from ..model.layers import num_decoder_layers, resolve_layers
-
     for cb in callbacks:
         if isinstance(cb, SAGOCallback) and cb.config.layers is not None:
             try:
@@ -284,8 +281,6 @@ def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: An
                   eval_records: list[Any] | None, callbacks: list[Any], stability: Any, src: str) -> Any:
     if recipe.trainer == "sft":
         if fmt == "groups":
-            from ..training.trainer import StabilitySFTTrainer
-
             args.remove_unused_columns = False
             return StabilitySFTTrainer(model=model, args=args, train_dataset=_dataset(records),
                                        eval_dataset=_dataset(eval_records), processing_class=tokenizer,
@@ -298,9 +293,6 @@ def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: An
     from transformers import DataCollatorForSeq2Seq, Trainer
 
     if fmt == "groups":
-        from ..training.collator import VariantGroupCollator
-        from ..training.trainer import StabilityTrainer
-
         return StabilityTrainer(model=model, args=args, train_dataset=records, eval_dataset=eval_records,
                                 data_collator=VariantGroupCollator(tokenizer, max_length=recipe.data.max_length),
                                 processing_class=tokenizer, callbacks=callbacks, stability_config=stability)
@@ -312,8 +304,6 @@ def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: An
 
 
 def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
-    from ..io import validate_set_name
-
     # The name is the recipe's: an invalid one is reported against the recipe line (parse_recipe checks it
     # too; a VariantSet built from a mapping in Python reaches here without that check).
     validate_set_name(name, source=recipe.source, key=f"monitor.sets.{name[:100]}",
@@ -338,8 +328,6 @@ def _dataset(records: list[dict[str, Any]] | None) -> Any:
 
 def dry_run(trainer: Any) -> float:
     """One batch through the loss (no optimizer step, no SAGO evaluation): checks data, model and trainer fit."""
-    import torch
-
     batch = next(iter(trainer.get_train_dataloader()))
     trainer.model.train()
     with torch.no_grad():
@@ -352,7 +340,5 @@ def dry_run(trainer: Any) -> float:
 
 def save_resolved(recipe: Recipe, data: dict[str, Any], output_dir: str) -> None:
     """Keep the recipe as it ran (after overrides) beside the outputs, for provenance."""
-    from ..io import atomic_write_text
-
     plain = json.loads(json.dumps(data, default=str))
     atomic_write_text(Path(output_dir) / "recipe.yaml", yaml.safe_dump(plain, sort_keys=False))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError
+from ..io import atomic_write_jsonl, validate_set_name
 
 # Generators run in this fixed order whatever the order of the flags, so the kinds (and so the file) depend
 # only on which options are given and the seed.
@@ -82,7 +83,6 @@ def run(args: argparse.Namespace) -> int:
 
     from ..data.build import build_variant_set, unchanged_counts
     from ..data.examples import load_examples
-    from ..io import atomic_write_jsonl, validate_set_name
 
     out = Path(args.out)
     if out.is_dir():

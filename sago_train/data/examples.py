@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..errors import SagoInputError, did_you_mean, type_name
 from ..io import read_jsonl
 from ..limits import read_bounded_text
@@ -228,8 +230,6 @@ def load_text_list(path: str | os.PathLike[str], *, what: str = "templates") -> 
             if suffix == ".json":
                 data = json.loads(text)
             else:
-                import yaml
-
                 data = yaml.safe_load(text)
         except Exception as err:  # noqa: BLE001 - report any parse error as a located input error
             raise SagoInputError(f"cannot parse {suffix[1:].upper()}: {err}", source=src) from None

@@ -12,6 +12,7 @@ from ..errors import SagoInputError, unknown_name_error
 from ..functional.axes import DEFAULT_AXES, parse_axes
 from ..functional.axes.correctness import MATCH_MODES
 from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
+from ..model.layers import check_layer_indices
 from ..model.tokenize import CHAT_TEMPLATE_MODES
 
 #: Where the activation axes read a prompt's hidden state (SPEC "activation").
@@ -87,8 +88,7 @@ class SAGOConfig:
 
     def __post_init__(self) -> None:
         self.axes = parse_axes(self.axes)
-        if isinstance(self.layers, str):
-            self.layers = parse_int_list(self.layers, "layers")
+        self.layers = check_layer_indices(self.layers)
         if self.pooling is not None:
             warnings.warn("SAGOConfig(pooling=...) is deprecated: use prompt_pooling (the stability loss has its own "
                           "act_pooling)", DeprecationWarning, stacklevel=3)
@@ -128,9 +128,3 @@ class SAGOConfig:
         """The settings, without deprecated aliases (already folded into their new names)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "pooling"}
 
-
-def parse_int_list(text: str, key: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SagoInputError(f"expected comma-separated integers, got {text!r}", key=key) from None

@@ -22,8 +22,10 @@ from ..functional.findings import split_halves
 from ..functional.similarity import get_similarity
 from ..limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
 from ..model.layers import num_decoder_layers, resolve_layers
+from ..model.loading import load_model_and_tokenizer
 from ..model.tokenize import context_length, encode_continuation, encode_variant, resolve_chat_template
 from ..results.records import EvalResult, GroupResult, SetResult
+from ..threads import configure_torch_threads
 from .config import SAGOConfig
 from .degenerate import degenerate_warnings
 from .extraction import Extractor
@@ -82,8 +84,6 @@ class SAGOEvaluator:
         **options: Any,
     ) -> SAGOEvaluator:
         """Load a model (a full model or a PEFT adapter folder) and its tokenizer, then build an evaluator."""
-        from ..model.loading import load_model_and_tokenizer
-
         model, tokenizer = load_model_and_tokenizer(
             path, dtype=dtype, device=device, trust_remote_code=trust_remote_code
         )
@@ -117,8 +117,6 @@ class SAGOEvaluator:
     ) -> EvalResult:
         """Evaluate every set; under ``torch.distributed`` groups are sharded across ranks and gathered, so
         every rank returns the same full result."""
-        from ..threads import configure_torch_threads
-
         configure_torch_threads()
         resolved = resolve_sets(sets)
         results = {name: self._evaluate_set(vs, progress) for name, vs in resolved.items()}
@@ -319,6 +317,7 @@ class SAGOEvaluator:
                 reference=g.reference,
                 outputs=outs,
                 hidden=hidden[sl] if hidden is not None else None,
+                layers=self.layers if hidden is not None else None,
                 logprobs=logprobs[sl] if logprobs is not None else None,
                 similarity=self.similarity if "generations" in self.needs else None,
             )
@@ -393,6 +392,7 @@ def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:
         reference=g.reference,
         outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
         hidden=g.hidden[idx] if g.hidden is not None else None,
+        layers=g.layers,
         logprobs=g.logprobs[idx] if g.logprobs is not None else None,
         similarity=g.similarity,
     )

@@ -11,7 +11,7 @@ import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
-from ..errors import SagoInputError, did_you_mean, short_repr
+from ..errors import SagoInputError, did_you_mean, short_repr, unknown_name_error
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import Evaluation
 from .monitor import is_improvement, paired_regression
@@ -80,8 +80,6 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         if not (isinstance(min_delta, (int, float)) and math.isfinite(min_delta) and min_delta >= 0):
             raise SagoInputError(f"expected a finite number >= 0, got {min_delta!r}", key="min_delta")
         if mode not in MODES:
-            from ..errors import unknown_name_error
-
             raise unknown_name_error("early-stopping mode", mode, MODES, key="mode")
         self.patience = patience
         self.alpha = float(alpha)

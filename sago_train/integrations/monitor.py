@@ -53,6 +53,7 @@ class MonitorState:
     history: list[dict[str, Any]] = field(default_factory=list)
     baseline: Evaluation | None = None
     best: dict[tuple[str, str], Evaluation] = field(default_factory=dict)
+    skipped_lines: int = 0  # corrupt history lines skipped at the last load
 
     @property
     def history_path(self) -> Path:
@@ -65,12 +66,13 @@ class MonitorState:
     def load(self, resume_step: int | None, *, write: bool = True) -> None:
         """Reload the history. A fresh run (``resume_step`` None) starts empty; a resumed run keeps evaluations
         up to the checkpoint's step and drops later ones, which the resumed run will redo (so none is
-        duplicated). A corrupt history line raises, naming the file and line (see :mod:`~sago_train.results.store`)."""
-        self.history, self.baseline, self.best = [], None, {}
+        duplicated). A corrupt history line is logged (file and line) and skipped, and counted in
+        ``skipped_lines``; the rewritten history drops it (see :mod:`~sago_train.results.store`)."""
+        self.history, self.baseline, self.best, self.skipped_lines = [], None, {}, 0
         if resume_step is None or not self.history_path.exists():
             return
-        run = store.Run(label=self.root.name, path=self.root.parent, sago_dir=self.root,
-                        history=store.read_history(self.root, allow_empty=True))
+        run = store.Run.read(self.root.parent, self.root, self.root.name, allow_empty=True)
+        self.skipped_lines = run.skipped_lines
         self.history = [h for h in run.history if int(h["step"]) <= resume_step]
         if write:  # only the main process writes
             store.write_history(self.root, self.history)

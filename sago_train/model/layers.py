@@ -6,6 +6,7 @@ Shared by the evaluation extractor and the stability loss: both hook the output 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -55,8 +56,32 @@ def default_layers(num_layers: int) -> list[int]:
     return sorted({round((i + 1) * num_layers / 4) - 1 for i in range(4)} & set(range(num_layers)))
 
 
+def check_layer_indices(value: Any, key: str = "layers") -> list[int] | None:
+    """The one check of a ``layers`` setting (``SAGOConfig.layers``, ``StabilityConfig.layers``), on
+    construction: None (the default, chosen by :func:`resolve_layers` once the model is known), one integer,
+    a comma-separated string or a non-empty list of integers; returns a list of ints (or None). The range,
+    which needs the model, is checked by :func:`resolve_layers`."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise SagoInputError(f"expected comma-separated integers, got {value!r}", key=key) from None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SagoInputError(f"expected a non-empty list of layer indices, got {value!r}", key=key)
+    for layer in value:
+        if isinstance(layer, bool) or not isinstance(layer, int):
+            raise SagoInputError(f"layer indices must be integers, got {layer!r}", key=key)
+    return list(value)
+
+
 def resolve_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
-    """Resolve user layer indices (negatives count from the end) to sorted, unique, 0-based indices.
+    """Resolve layer indices (as checked by :func:`check_layer_indices`; negatives count from the end) to
+    sorted, unique, 0-based block indices against a model of ``num_layers`` blocks. ``None`` gives the one
+    default, :func:`default_layers`.
 
     Example:
         >>> resolve_layers([0, -1], 4)
@@ -68,8 +93,6 @@ def resolve_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
         return default_layers(num_layers)
     out = []
     for layer in layers:
-        if isinstance(layer, bool) or not isinstance(layer, int):
-            raise SagoInputError(f"layer indices must be integers, got {layer!r}", key="layers")
         if not -num_layers <= layer < num_layers:
             raise SagoInputError(
                 f"layer {layer} is out of range for a model with {num_layers} decoder blocks",
@@ -77,7 +100,7 @@ def resolve_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
                 hint=f"use 0..{num_layers - 1} or -{num_layers}..-1",
             )
         out.append(layer % num_layers)
-    if not out:
+    if not out:  # a caller that skipped check_layer_indices
         raise SagoInputError("no layers given", key="layers")
     return sorted(set(out))
 

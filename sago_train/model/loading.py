@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from ..errors import SagoInputError
+from ..errors import SagoInputError, unknown_name_error
+from .real import resolve_model_path
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -20,8 +21,6 @@ def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if dtype == "auto":
         return None
     if dtype not in DTYPES:
-        from ..errors import unknown_name_error
-
         raise unknown_name_error("dtype", dtype, DTYPES, key="dtype")
     return DTYPES[dtype]
 
@@ -63,7 +62,6 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .real import resolve_model_path
 
     path = resolve_model_path(path)
     torch_dtype = parse_dtype(dtype)

@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SagoInputError
+from ..errors import SagoInputError, unknown_name_error
+from .tiny import tiny_model_path
 
 SCHEME = "sago://"
 CACHE_ENV = "SAGO_TRAIN_CACHE"
@@ -248,10 +249,7 @@ def resolve_model_path(value: str | os.PathLike[str]) -> str:
     if real is not None:
         return str(ensure_cached(real))
     if text.rstrip("/") == SCHEME + "tiny-llama":
-        from .tiny import tiny_model_path
-
         return tiny_model_path()
-    from ..errors import unknown_name_error
 
     raise unknown_name_error("model", text, [SCHEME + "tiny-llama", *(m.uri for m in REAL_MODELS.values())],
                              key="model")

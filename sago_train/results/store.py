@@ -1,8 +1,12 @@
 """Where evaluations live on disk, spelled here only: an evaluation directory (``summary.json`` + one
 ``<set>.jsonl`` of group records per set) and a run's ``sago/`` folder (``history.jsonl``, one line per
-evaluation, and ``step-<N>/<set>.jsonl``). Reading and writing both, with one policy for a corrupt or invalid
-line: a :class:`~sago_train.errors.SagoInputError` naming the file and line (a file written atomically never
-holds half a line, so a bad line is damage to report, never data to drop silently).
+evaluation, and ``step-<N>/<set>.jsonl``). Reading and writing both.
+
+One policy for a corrupt or invalid ``history.jsonl`` line, for every reader (callback resume, early
+stopping, compare, report): a logged warning naming the file and line, then the line is skipped and counted
+(:attr:`History.skipped`, :attr:`Run.skipped_lines`), so one damaged line does not cost the rest of a run's
+record. A history with lines but no valid one is an error (``no evaluations in FILE``), never "ran, found
+nothing". The files are written atomically, so a bad line is outside damage.
 """
 
 from __future__ import annotations
@@ -83,27 +87,57 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
     logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s", n, aside)
 
 
-def read_history(sago_dir: Path, *, allow_empty: bool = False) -> list[dict[str, Any]]:
+@dataclass
+class History:
+    """The valid lines of a ``history.jsonl`` by step, and the corrupt lines skipped (each a located error)."""
+
+    entries: list[dict[str, Any]]
+    skipped: list[SagoInputError]
+
+
+def _check_history_entry(entry: Any, src: str, lineno: int) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise SagoInputError(f"expected an evaluation (an object), got {type_name(entry)}", source=src, line=lineno)
+    step = entry.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise SagoInputError(f"expected an integer step, got {step!r}", source=src, line=lineno, key="step")
+    sets = entry.get("sets")
+    if not isinstance(sets, dict) or not sets:
+        raise SagoInputError(f"expected a non-empty object of set -> axes, got {sets!r}", source=src,
+                             line=lineno, key="sets")
+    for name, per_axis in sets.items():
+        check_summaries(per_axis, source=src, line=lineno, where=f"sets.{name}")
+    return entry
+
+
+def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
+    """The evaluations of ``sago_dir/history.jsonl`` in step order (a repeated step keeps its later line).
+
+    A corrupt line (malformed JSON, not an evaluation) is logged as a warning naming the file and line and
+    skipped; ``History.skipped`` holds them. Raises :class:`~sago_train.errors.SagoInputError` when no line
+    is valid: always when some line was skipped, and for an empty history unless ``allow_empty``."""
     path = history_path(sago_dir)
     src = str(path)
+    skipped: list[SagoInputError] = []
+
+    def skip(err: SagoInputError) -> None:
+        skipped.append(err)
+        logger.warning("sago: skipped a corrupt history line: %s", err.format())
+
     by_step: dict[int, dict[str, Any]] = {}
-    for lineno, entry in read_jsonl(path):
-        if not isinstance(entry, dict):
-            raise SagoInputError(f"expected an evaluation (an object), got {type_name(entry)}", source=src,
-                                 line=lineno)
-        step = entry.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise SagoInputError(f"expected an integer step, got {step!r}", source=src, line=lineno, key="step")
-        sets = entry.get("sets")
-        if not isinstance(sets, dict) or not sets:
-            raise SagoInputError(f"expected a non-empty object of set -> axes, got {sets!r}", source=src,
-                                 line=lineno, key="sets")
-        for name, per_axis in sets.items():
-            check_summaries(per_axis, source=src, line=lineno, where=f"sets.{name}")
-        by_step[step] = entry  # a repeated step (a resumed run redoing it) keeps the later line
+    for lineno, entry in read_jsonl(path, what="SAGO history", on_bad_line=skip):
+        try:
+            entry = _check_history_entry(entry, src, lineno)
+        except SagoInputError as err:
+            skip(err)
+            continue
+        by_step[int(entry["step"])] = entry  # a repeated step (a resumed run redoing it) keeps the later line
+    if not by_step and skipped:
+        raise SagoInputError(f"no evaluations in {src}: all {len(skipped)} line(s) are corrupt; the first: "
+                             f"{skipped[0].format()}", hint="restore the file from a copy, or start a fresh run")
     if not by_step and not allow_empty:
-        raise SagoInputError("no evaluations recorded (the history is empty)", source=src)
-    return [by_step[s] for s in sorted(by_step)]
+        raise SagoInputError(f"no evaluations in {src} (the history is empty)")
+    return History([by_step[s] for s in sorted(by_step)], skipped)
 
 
 
@@ -115,6 +149,14 @@ class Run:
     path: Path  # the run directory (Trainer output_dir)
     sago_dir: Path
     history: list[dict[str, Any]]
+    skipped_lines: int = 0  # corrupt history lines skipped when it was read (each logged with file and line)
+
+    @classmethod
+    def read(cls, run_dir: Path, sago_dir: Path, label: str | None = None, *, allow_empty: bool = False) -> Run:
+        """The run recorded in ``sago_dir/history.jsonl`` (see :func:`read_history` for corrupt lines)."""
+        history = read_history(sago_dir, allow_empty=allow_empty)
+        return cls(label=label if label is not None else Path(run_dir).resolve().name, path=Path(run_dir),
+                   sago_dir=Path(sago_dir), history=history.entries, skipped_lines=len(history.skipped))
 
     @property
     def steps(self) -> list[int]:

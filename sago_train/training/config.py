@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import SagoInputError, unknown_name_error
+from ..model.layers import check_layer_indices
 
 MODES = ("centroid", "anchor", "relative")
 RELATIVE_FORMS = ("ratio", "infonce")
@@ -38,7 +39,11 @@ def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
 class StabilityConfig:
     """Settings of the stability loss; every field is checked on construction.
 
-    Usable with ``transformers.HfArgumentParser`` (each field has a ``help``).
+    Usable with ``transformers.HfArgumentParser`` (each field has a ``help``). The one declaration of the
+    stability settings and their defaults: a recipe's ``stability`` section is this dataclass, and with group
+    data and no ``stability`` section a recipe trains with ``StabilityConfig()``, as ``StabilityTrainer``
+    does without ``stability_config`` (set ``act_weight: 0`` and ``conf_weight: 0`` to train on the groups
+    without the stability terms).
 
     Example:
         >>> cfg = StabilityConfig(act_weight=0.5, conf_weight=0.1, mode="anchor", warmup_steps=100)
@@ -125,15 +130,7 @@ class StabilityConfig:
         self.task_loss_variants = _check_choice("task_loss_variants", self.task_loss_variants, TASK_LOSS_VARIANTS)
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise SagoInputError(f"expected an integer >= 0, got {self.warmup_steps!r}", key="warmup_steps")
-        if self.layers is not None:
-            if isinstance(self.layers, int) and not isinstance(self.layers, bool):
-                self.layers = [self.layers]
-            if not isinstance(self.layers, (list, tuple)) or not self.layers:
-                raise SagoInputError(f"expected a non-empty list of layer indices, got {self.layers!r}", key="layers")
-            for layer in self.layers:
-                if isinstance(layer, bool) or not isinstance(layer, int):
-                    raise SagoInputError(f"layer indices must be integers, got {layer!r}", key="layers")
-            self.layers = list(self.layers)
+        self.layers = check_layer_indices(self.layers)
 
     @property
     def enabled(self) -> bool:

@@ -24,7 +24,9 @@ import torch
 import transformers
 from torch import nn
 
+from ..data.groups import VariantGroup
 from ..errors import SagoInputError
+from ..threads import configure_torch_threads
 from .collator import ITEM_COLUMNS, VariantGroupCollator, mask_non_canonical_labels
 from .loss import StabilityConfig, StabilityLoss, split_batch
 
@@ -73,7 +75,6 @@ class StabilityTrainerMixin:
                 hint="build it with sago_train.StabilityConfig(...)",
             )
         self.stability_config = stability_config
-        from ..threads import configure_torch_threads
 
         configure_torch_threads()
         user_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None)
@@ -257,7 +258,6 @@ def groups_as_dataset(data: Any) -> Any:
         return data
     import datasets
 
-    from ..data.groups import VariantGroup
 
     rows = []
     for i, item in enumerate(data):

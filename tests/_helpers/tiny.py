@@ -1,58 +1,101 @@
-"""Tiny offline fixtures for the stability-loss tests: a byte-level tokenizer and small Llama models.
+"""The one tiny-model factory of the tests: an offline byte-level tokenizer and tiny randomly initialised causal
+LMs of several architectures (the trained tiny model is :mod:`sago_train.model.tiny`, for tests that need a
+model that answers). Nothing here touches the network: the tokenizer is built from the 256 byte symbols, the
+models from a config.
 
-Nothing here touches the network: the tokenizer is built from the 256 byte symbols, the models from a config.
+Two token-id layouts exist because tests pin token ids: :data:`SPECIALS_LAST` (bytes 0..255, then ``<s>``
+``</s>`` ``<pad>``; the default) and :data:`SPECIALS_FIRST` (``<pad>`` ``<s>`` ``</s>`` = 0, 1, 2, then the
+bytes; the stability-loss tests). Model and tokenizer take the same ``ids``.
 """
 
 from __future__ import annotations
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from typing import NamedTuple
 
-CHAT_TEMPLATE = (
+import torch
+import transformers as tf
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+VOCAB = 259  # 256 bytes + <s> </s> <pad>
+
+
+class SpecialIds(NamedTuple):
+    bos: int
+    eos: int
+    pad: int
+
+
+SPECIALS_LAST = SpecialIds(bos=256, eos=257, pad=258)
+SPECIALS_FIRST = SpecialIds(bos=1, eos=2, pad=0)
+
+#: ``role: content`` lines, then ``assistant:`` (the default).
+ROLE_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+#: ``<|role|>content`` lines, then ``<|assistant|>`` (the stability-loss tests).
+TAGGED_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
 
-def make_tokenizer(chat_template: bool = True) -> PreTrainedTokenizerFast:
-    """Byte-level tokenizer (one token per byte), BOS added by default, EOS and PAD defined."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
-    for ch in sorted(alphabet):
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+def make_byte_tokenizer(chat_template: str | None = ROLE_TEMPLATE, ids: SpecialIds = SPECIALS_LAST
+                        ) -> PreTrainedTokenizerFast:
+    """Byte-level tokenizer (one token per byte) that prepends ``<s>``; ``</s>`` and ``<pad>`` defined."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    specials = {"<s>": ids.bos, "</s>": ids.eos, "<pad>": ids.pad}
+    offset = 3 if ids == SPECIALS_FIRST else 0
+    vocab = {c: i + offset for i, c in enumerate(alphabet)}
+    vocab.update(specials)
+    tk = Tokenizer(models.BPE(vocab=dict(sorted(vocab.items(), key=lambda kv: kv[1])), merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(["<s>", "</s>", "<pad>"])
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B",
+                                                      special_tokens=[("<s>", ids.bos)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     if chat_template:
-        fast.chat_template = CHAT_TEMPLATE
-    return fast
+        tok.chat_template = chat_template
+    return tok
 
 
-def make_llama(
-    vocab_size: int = 259,
-    hidden_size: int = 32,
-    num_hidden_layers: int = 2,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float32,
-) -> LlamaForCausalLM:
+def make_tiny_model(arch: str = "llama", seed: int = 0, layers: int = 4, hidden: int = 32, *,
+                    ids: SpecialIds = SPECIALS_LAST, dtype: torch.dtype = torch.float32,
+                    eval_mode: bool = True) -> torch.nn.Module:
+    """A tiny randomly initialised causal LM of the given architecture (CPU, ``dtype``), in eval mode unless
+    ``eval_mode=False`` (as built: train mode)."""
+    if ids not in (SPECIALS_LAST, SPECIALS_FIRST):
+        raise ValueError(f"unknown token-id layout {ids}")
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        vocab_size=vocab_size,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config).to(dtype)
+    common = dict(vocab_size=VOCAB, bos_token_id=ids.bos, eos_token_id=ids.eos, pad_token_id=ids.pad)
+    if arch == "llama":
+        cfg = tf.LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                             num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                             tie_word_embeddings=False, **common)
+        model = tf.LlamaForCausalLM(cfg)
+    elif arch == "mistral":
+        cfg = tf.MistralConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                               num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                               head_dim=hidden // 2, **common)
+        model = tf.MistralForCausalLM(cfg)
+    elif arch == "qwen2":
+        cfg = tf.Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                             num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256, **common)
+        model = tf.Qwen2ForCausalLM(cfg)
+    elif arch == "gpt2":
+        cfg = tf.GPT2Config(n_embd=hidden, n_layer=layers, n_head=2, n_positions=256, **common)
+        model = tf.GPT2LMHeadModel(cfg)
+    elif arch == "gpt_neox":
+        cfg = tf.GPTNeoXConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                               num_attention_heads=2, max_position_embeddings=256, **common)
+        model = tf.GPTNeoXForCausalLM(cfg)
+    else:
+        raise ValueError(arch)
+    model = model.to(dtype)
+    if eval_mode:
+        model.eval()
     return model
 
 

@@ -10,7 +10,7 @@ from transformers import TrainerCallback
 from sago_train import SAGOCallback
 from sago_train.data import VariantSet
 
-from ..conftest import make_byte_tokenizer, make_tiny_model
+from .tiny import make_byte_tokenizer, make_tiny_model
 
 SEQ = 24
 

@@ -143,7 +143,7 @@ def _missing(tmp_path: Path) -> tuple[Path, str]:
 
 
 @pytest.mark.parametrize(
-    "make", [_corrupt_history, _corrupt_records, _corrupt_summary, _history_without_step, _neither, _missing]
+    "make", [_corrupt_records, _corrupt_summary, _history_without_step, _neither, _missing]
 )
 def test_bad_directories_give_one_line_errors(tmp_path, capsys, make):
     path, expected = make(tmp_path)
@@ -151,6 +151,18 @@ def test_bad_directories_give_one_line_errors(tmp_path, capsys, make):
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert expected in err
+
+
+def test_a_corrupt_history_line_is_skipped_with_a_warning(tmp_path, capsys, caplog):
+    path, expected = _corrupt_history(tmp_path)  # line 2 (step 2) torn; line 1 (step 0) valid
+    with caplog.at_level("WARNING", logger="sago_train"):
+        code, out, err = run_cli(["report", str(path), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    warned = [r.getMessage() for r in caplog.records if "corrupt history line" in r.getMessage()]
+    assert len(warned) == 1 and expected in warned[0] and str(path / "sago" / "history.jsonl") in warned[0]
+    assert "skipped 1 corrupt line(s)" in out
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "training run, 1 evaluation(s), steps 0..0, 1 corrupt history line(s) skipped" in md
 
 
 def test_missing_records_are_noted_not_fatal(tmp_path, capsys):

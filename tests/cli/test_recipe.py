@@ -24,7 +24,7 @@ from sago_train.data.groups import VariantSet
 from sago_train.errors import SagoInputError
 from sago_train.version import __version__
 
-from ..conftest import make_byte_tokenizer, make_tiny_model
+from .._helpers.tiny import make_byte_tokenizer, make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"

@@ -20,7 +20,7 @@ from sago_train.model.tokenize import encode_variant, resolve_chat_template
 from sago_train.threads import planned_threads
 
 from .._helpers.evaluator_ref import TOL, reference_group
-from ..conftest import make_byte_tokenizer
+from .._helpers.tiny import make_byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 # A template that marks turns with special tokens, as instruct models' templates do.

@@ -12,7 +12,7 @@ from sago_train.data import VariantSet
 from sago_train.errors import SagoInputError
 
 from .._helpers.evaluator_ref import ARCHS, RECORDS, TOL, ref_generate, reference_group
-from ..conftest import make_byte_tokenizer, make_tiny_model
+from .._helpers.tiny import make_byte_tokenizer, make_tiny_model
 
 
 def _assert_close(got: float, want: float, what: str) -> None:

@@ -195,7 +195,7 @@ def test_sft_trainer(tmp_path):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
-    from ..conftest import make_byte_tokenizer, make_tiny_model
+    from .._helpers.tiny import make_byte_tokenizer, make_tiny_model
 
     tok = make_byte_tokenizer()
     ds = Dataset.from_dict({"prompt": [f"The number {i} is" for i in range(32)],
@@ -334,6 +334,27 @@ def test_resume_has_every_evaluation_once(tmp_path):
     assert hist[2]["compare"]["num"]["activation"]["vs_baseline"]["step"] == 0
 
 
+
+
+def test_resume_over_a_corrupt_history_line_keeps_the_valid_lines_and_warns(tmp_path, caplog):
+    out = tmp_path / "run"
+    cb = SAGOCallback(variant_set(), eval_steps=3, **FAST)
+    make_trainer(out, callbacks=[cb], max_steps=6, save_strategy="steps", save_steps=3).train()
+    path = out / "sago" / "history.jsonl"
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [0, 3, 6]
+    path.write_text(lines[0] + "\n" + lines[1][:30] + "\n" + lines[1] + "\n" + lines[2] + "\n")  # line 2 torn
+    cb2 = SAGOCallback(variant_set(), eval_steps=3, **FAST)
+    tr2 = make_trainer(out, callbacks=[cb2], max_steps=6, save_strategy="steps", save_steps=3)
+    with caplog.at_level("WARNING", logger="sago_train"):
+        tr2.train(resume_from_checkpoint=str(out / "checkpoint-3"))
+    warned = [r.getMessage() for r in caplog.records if "corrupt history line" in r.getMessage()]
+    assert len(warned) == 1 and f"{path}:2: malformed JSON" in warned[0], warned
+    assert cb2.monitor.skipped_lines == 1
+    hist = _history(out)  # the valid lines up to the checkpoint kept, step 6 redone, the torn line dropped
+    assert [h["step"] for h in hist] == [0, 3, 6]
+    assert hist[0] == json.loads(lines[0]) and hist[1] == json.loads(lines[1])
+    assert hist[2]["compare"]["num"]["activation"]["vs_baseline"]["step"] == 0
 
 
 def test_early_stopping_triggers_on_crafted_regression(tmp_path):

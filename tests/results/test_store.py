@@ -32,7 +32,7 @@ def test_in_memory_and_on_disk_evaluations_agree(tmp_path):
     sago = tmp_path / "sago"
     store.write_group_records(store.step_dir(sago, 3), "s", result.group_records("s"))
     store.write_history(sago, [{"step": 3, "sets": result.history_sets()}])
-    run = store.Run(label="r", path=tmp_path, sago_dir=sago, history=store.read_history(sago))
+    run = store.Run(label="r", path=tmp_path, sago_dir=sago, history=store.read_history(sago).entries)
     on_disk = run.evaluation(3)
     in_memory = Evaluation.from_result(3, result)
     for axis in ("activation", "confidence", "instability"):
@@ -42,12 +42,32 @@ def test_in_memory_and_on_disk_evaluations_agree(tmp_path):
     assert in_memory.mean("s", "activation") == pytest.approx(want, rel=1e-9)
 
 
-def test_a_corrupt_history_line_is_an_error_naming_file_and_line(tmp_path):
-    good = json.dumps({"step": 0, "sets": {"s": {"activation": {"mean": 0.1}}}})
-    (tmp_path / "history.jsonl").write_text(good + "\n" + good[:20] + "\n")
-    with pytest.raises(SagoInputError, match="history.jsonl") as err:
+def test_a_corrupt_history_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path, caplog):
+    lines = [json.dumps({"step": s, "sets": {"s": {"activation": {"mean": 0.1 * s}}}}) for s in (0, 2, 4)]
+    not_an_evaluation = json.dumps({"sets": {"s": {}}})  # valid JSON, no step
+    (tmp_path / "history.jsonl").write_text(
+        "\n".join([lines[0], lines[1][:20], lines[1], not_an_evaluation, lines[2]]) + "\n")
+    with caplog.at_level("WARNING", logger="sago_train"):
+        history = store.read_history(tmp_path)
+    assert [h["step"] for h in history.entries] == [0, 2, 4]
+    assert [h["sets"]["s"]["activation"]["mean"] for h in history.entries] == pytest.approx([0.0, 0.2, 0.4])
+    assert [e.line for e in history.skipped] == [2, 4]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2
+    assert f"{tmp_path / 'history.jsonl'}:2: malformed JSON" in warned[0]
+    assert f"{tmp_path / 'history.jsonl'}:4: field 'step'" in warned[1]
+    run = store.Run.read(tmp_path.parent, tmp_path)
+    assert (run.steps, run.skipped_lines) == ([0, 2, 4], 2)
+
+
+def test_a_history_without_a_valid_line_is_an_error(tmp_path):
+    (tmp_path / "history.jsonl").write_text('{"step": 0, "sets": \n{"step": "x"}\n')
+    with pytest.raises(SagoInputError, match=r"no evaluations in .*history.jsonl: all 2 line\(s\) are corrupt"):
+        store.read_history(tmp_path, allow_empty=True)
+    (tmp_path / "history.jsonl").write_text("\n")
+    assert store.read_history(tmp_path, allow_empty=True).entries == []
+    with pytest.raises(SagoInputError, match="no evaluations in .*history.jsonl"):
         store.read_history(tmp_path)
-    assert err.value.line == 2
 
 
 def test_claim_history_sets_the_old_file_aside(tmp_path):

@@ -13,12 +13,18 @@ from transformers import HfArgumentParser
 from sago_train.errors import SagoInputError
 from sago_train.training.collator import VariantGroupCollator
 from sago_train.training.loss import HiddenCapture, StabilityConfig, StabilityLoss, group_layout, split_batch
-from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
+from tests._helpers.tiny import (
+    SPECIALS_FIRST,
+    TAGGED_TEMPLATE,
+    make_byte_tokenizer,
+    make_tiny_model,
+    tiny_groups,
+)
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return make_tokenizer()
+    return make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +71,9 @@ def test_config_warmup_and_parser():
     )
     assert parsed.act_weight == 0.5 and parsed.mode == "anchor" and parsed.layers == [0, -1]
     with pytest.raises(SagoInputError, match="out of range"):
-        StabilityLoss(StabilityConfig(layers=[0, 4]), make_llama(num_hidden_layers=4))
-    assert StabilityLoss(StabilityConfig(), make_llama(num_hidden_layers=8)).layers == [1, 3, 5, 7]
-    assert StabilityLoss(StabilityConfig(act_weight=0.0), make_llama()).layers == []
+        StabilityLoss(StabilityConfig(layers=[0, 4]), make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False))
+    assert StabilityLoss(StabilityConfig(), make_tiny_model("llama", layers=8, ids=SPECIALS_FIRST, eval_mode=False)).layers == [1, 3, 5, 7]
+    assert StabilityLoss(StabilityConfig(act_weight=0.0), make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)).layers == []
 
 
 # ------------------------------------------------------------------------------------------- references
@@ -152,7 +158,7 @@ def _reference(model, tok, items, *, layers, mode, pooling, form="ratio", temper
                                             ("relative", "infonce")])
 @pytest.mark.parametrize("pooling", ["target", "last"])
 def test_terms_match_unbatched_reference(tok, mode, form, pooling):
-    model = make_llama(num_hidden_layers=3, seed=1)
+    model = make_tiny_model("llama", layers=3, seed=1, ids=SPECIALS_FIRST, eval_mode=False)
     items = tiny_groups(3)  # different target lengths across groups, canonical=1 in one group
     cfg = StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode, pooling=pooling, layers=[0, 1],
                           relative_form=form, temperature=0.5)
@@ -167,7 +173,7 @@ def test_terms_match_unbatched_reference(tok, mode, form, pooling):
 
 
 def test_last_layer_is_the_block_output_before_the_final_norm(tok, batch):
-    model = make_llama(num_hidden_layers=2)
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
     model_inputs, _ = split_batch(batch)
     with HiddenCapture(model, [1]) as cap, torch.no_grad():
         out = model(**model_inputs, output_hidden_states=True)
@@ -177,7 +183,7 @@ def test_last_layer_is_the_block_output_before_the_final_norm(tok, batch):
 def test_confidence_from_final_hidden_equals_confidence_from_logits(batch):
     # Projecting the captured final hidden states (the default; TRL's fused head builds no logits) gives the
     # same term as the model's own logits; the first batch with logits checks it and keeps the hidden path.
-    model = make_llama(num_hidden_layers=2)
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
     loss = StabilityLoss(StabilityConfig(act_weight=0.0, conf_weight=1.0, mode="anchor"), model)
     model_inputs, groups = split_batch(batch)
     with loss.capture(model) as cap, torch.no_grad():
@@ -194,7 +200,7 @@ def test_confidence_from_final_hidden_equals_confidence_from_logits(batch):
 
 
 def test_falls_back_to_the_logits_when_the_head_differs(batch):
-    model = make_llama(num_hidden_layers=2)
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
     loss = StabilityLoss(StabilityConfig(act_weight=0.0, conf_weight=1.0), model)
     model_inputs, groups = split_batch(batch)
     with loss.capture(model) as cap, torch.no_grad():
@@ -210,14 +216,14 @@ def test_falls_back_to_the_logits_when_the_head_differs(batch):
 
 @pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
 def test_terms_are_float64_for_a_float64_model(batch, mode):
-    model = make_llama(num_hidden_layers=2).double()
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False).double()
     with torch.no_grad():
         _, terms = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode), model)(model, batch)
     assert terms.act.dtype == torch.float64 and terms.conf.dtype == torch.float64
 
 
 def test_relative_mode_with_a_single_group_adds_zero_and_warns(tok):
-    model = make_llama(num_hidden_layers=2)
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
     loss_fn = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=0.0, mode="relative"), model)
     with pytest.warns(UserWarning, match="single group"):
         _, terms = loss_fn(model, VariantGroupCollator(tok)(tiny_groups(1)))
@@ -228,7 +234,7 @@ def test_relative_mode_with_a_single_group_adds_zero_and_warns(tok):
 
 @pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
 def test_terms_are_float32_under_bf16_autocast(batch, mode):
-    model = make_llama(num_hidden_layers=2)
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, terms = StabilityLoss(StabilityConfig(act_weight=1.0, conf_weight=1.0, mode=mode), model)(model, batch)
     assert out.logits.dtype == torch.bfloat16
@@ -245,7 +251,7 @@ def test_gradient_matches_finite_differences(tok, term, mode, form):
     # to float32, whose rounding would swamp a finite difference). Anchor mode detaches the canonical side,
     # so its loss-level gradient is not the derivative of the value; its functions are gradchecked with the
     # canonical side held fixed in test_functional.py and test_divergence.py.
-    model = make_llama(num_hidden_layers=2, hidden_size=16, seed=2).double()
+    model = make_tiny_model("llama", layers=2, hidden=16, seed=2, ids=SPECIALS_FIRST, eval_mode=False).double()
     batch = VariantGroupCollator(tok)(tiny_groups(2))
     cfg = StabilityConfig(act_weight=1.0 if term == "act" else 0.0, conf_weight=1.0 if term == "conf" else 0.0,
                           pooling="target", layers=[0, 1], mode=mode, relative_form=form, temperature=0.5)
@@ -305,7 +311,7 @@ def _loss_and_grads(model, batch, cfg):
 
 def test_recomputed_blocks_are_counted_once(batch):
     cfg = StabilityConfig(act_weight=1.0, conf_weight=1.0, layers=[0, 1])
-    model = make_llama(num_hidden_layers=2, seed=3).train()
+    model = make_tiny_model("llama", layers=2, seed=3, ids=SPECIALS_FIRST, eval_mode=False).train()
     ref_loss, ref_grads = _loss_and_grads(model, batch, cfg)
     _old_style_checkpointing(model, use_reentrant=False)
     fired = []
@@ -321,7 +327,7 @@ def test_recomputed_blocks_are_counted_once(batch):
 
 
 def test_reentrant_checkpoint_around_hooks_is_a_clear_error(batch):
-    model = make_llama(num_hidden_layers=2).train()
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False).train()
     _old_style_checkpointing(model, use_reentrant=True)
     model.enable_input_require_grads()
     with pytest.raises(SagoInputError, match="use_reentrant"):
@@ -329,7 +335,7 @@ def test_reentrant_checkpoint_around_hooks_is_a_clear_error(batch):
 
 
 def test_first_capture_wins_within_one_window(batch):
-    model = make_llama(num_hidden_layers=2).train()
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False).train()
     model_inputs, _ = split_batch(batch)
     with HiddenCapture(model, [0, 1]) as cap:
         model(**model_inputs)
@@ -376,7 +382,7 @@ def test_bad_batches_raise_clear_errors(batch):
     with pytest.raises(SagoInputError, match="canonical"):
         group_layout(_groups(bad))
     with pytest.raises(SagoInputError, match="group_index"):
-        StabilityLoss(StabilityConfig(), make_llama())(make_llama(), {"input_ids": ids})
+        StabilityLoss(StabilityConfig(), make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False))(make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False), {"input_ids": ids})
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "qwen2", "gpt_neox"])

@@ -16,7 +16,13 @@ from sago_train.training.collator import VariantGroupCollator
 from sago_train.training.loss import StabilityConfig, group_layout, split_batch
 from sago_train.training.trainer import StabilityTrainer
 from tests._helpers.proc import run as run_proc
-from tests._helpers.tiny import make_llama, make_tokenizer, tiny_groups
+from tests._helpers.tiny import (
+    SPECIALS_FIRST,
+    TAGGED_TEMPLATE,
+    make_byte_tokenizer,
+    make_tiny_model,
+    tiny_groups,
+)
 
 TERMS = ("sago_task_loss", "sago_act_loss", "sago_conf_loss")
 # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns).
@@ -36,7 +42,7 @@ class LogRecorder(TrainerCallback):
 
 @pytest.fixture(scope="module")
 def tok():
-    return make_tokenizer()
+    return make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST)
 
 
 def _args(tmp_path: Path, **overrides) -> TrainingArguments:
@@ -60,7 +66,7 @@ def _args(tmp_path: Path, **overrides) -> TrainingArguments:
 def _train(tmp_path, tok, model=None, config=None, n_groups=4, train=True, **overrides):
     recorder = LogRecorder()
     trainer = StabilityTrainer(
-        model=model if model is not None else make_llama(num_hidden_layers=4),
+        model=model if model is not None else make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False),
         args=_args(tmp_path, **overrides),
         train_dataset=tiny_groups(n_groups),
         processing_class=tok,
@@ -107,7 +113,7 @@ def test_warmup_ramps_the_weights(tmp_path, tok):
 def test_lora_trains_only_the_adapter(tmp_path, tok):
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(make_llama(num_hidden_layers=4), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    model = get_peft_model(make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     _, logs = _train(tmp_path, tok, model=model)
     assert logs and all(set(TERMS) <= set(log) for log in logs)
@@ -118,7 +124,7 @@ def test_lora_trains_only_the_adapter(tmp_path, tok):
 @pytest.mark.parametrize("lora", [False, True])
 def test_gradient_checkpointing_gives_the_same_losses(tmp_path, tok, lora):
     def model():
-        m = make_llama(num_hidden_layers=4, seed=5)
+        m = make_tiny_model("llama", layers=4, seed=5, ids=SPECIALS_FIRST, eval_mode=False)
         if lora:
             from peft import LoraConfig, get_peft_model
 
@@ -200,7 +206,7 @@ def test_sft_trainer_runs_and_logs_the_terms(tmp_path, tok):
         use_cpu=True, save_strategy="no", disable_tqdm=True, learning_rate=1e-3,
     )
     trainer = StabilitySFTTrainer(
-        model=make_llama(num_hidden_layers=4), args=args, train_dataset=Dataset.from_list(tiny_groups(4)),
+        model=make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False), args=args, train_dataset=Dataset.from_list(tiny_groups(4)),
         processing_class=tok, stability_config=StabilityConfig(act_weight=1.0, conf_weight=1.0), callbacks=[recorder],
     )
     trainer.train()
@@ -211,7 +217,7 @@ def test_sft_trainer_runs_and_logs_the_terms(tmp_path, tok):
         assert log["loss"] == pytest.approx(log["sago_task_loss"] + log["sago_act_loss"] + log["sago_conf_loss"], rel=1e-5)
     with pytest.raises(SagoInputError, match="packing"):
         StabilitySFTTrainer(
-            model=make_llama(), args=SFTConfig(output_dir=str(tmp_path), packing=True, report_to=[], use_cpu=True),
+            model=make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False), args=SFTConfig(output_dir=str(tmp_path), packing=True, report_to=[], use_cpu=True),
             train_dataset=Dataset.from_list(tiny_groups(2)), processing_class=tok,
         )
 

@@ -62,6 +62,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ...errors import SagoInputError, unknown_name_error
@@ -122,8 +123,6 @@ def make_generator(name: str, **kwargs: Any) -> VariantGenerator:
     try:
         return cls(**kwargs)
     except TypeError as err:
-        import inspect
-
         params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
         raise SagoInputError(
             f"bad arguments for generator '{name}': {err}. Accepted: {', '.join(params)}"

@@ -20,6 +20,9 @@ class GroupInputs:
     reference: str | None  # the group's gold reference, if any
     outputs: list[str] | None = None  # greedy continuations y_k
     hidden: Any = None  # torch.Tensor [K, L, H] float32
+    # The decoder block (0-based) of each of hidden's L layers: per-layer extras are keyed ``layer_<block>``.
+    # None: hidden holds blocks 0..L-1 in order.
+    layers: list[int] | None = None
     logprobs: Any = None  # torch.Tensor [K] mean log-probability of r per variant
     similarity: Callable[[list[str]], Any] | None = None  # texts -> [K, K] similarity matrix
 
@@ -104,10 +107,11 @@ def register_axis(
 
 
 def add_partials(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Element-wise sum of two :attr:`AxisValue.partial` dicts (None is the empty sum)."""
+    """Element-wise sum of two :attr:`AxisValue.partial` dicts (None is the empty sum). A tuple entry is a
+    label shared by every group (e.g. the block indices of the layers), kept rather than summed."""
     if a is None or b is None:
         return a if b is None else b
-    return {k: a[k] + b[k] for k in a}
+    return {k: a[k] if isinstance(a[k], tuple) else a[k] + b[k] for k in a}
 
 
 def in_instability(name: str) -> bool:

@@ -74,12 +74,14 @@ def test_per_group_between_matches_brute_force(seed, ks):
 @pytest.mark.parametrize(("seed", "ks", "shared"), [(0, [2, 3, 5, 4], 2.0), (1, [2, 2], 0.0), (2, [6, 3, 2, 7, 4], 8.0)])
 def test_matches_brute_force_pairwise(seed, ks, shared):
     groups = _random_groups(seed, ks, shared=shared)
-    values, between = activation_relative([torch.tensor(g, dtype=torch.float32) for g in groups])
+    blocks = [3 * i + 2 for i in range(groups[0].shape[1])]  # hidden[:, l] came from decoder block 3l+2
+    values, between = activation_relative([torch.tensor(g, dtype=torch.float32) for g in groups], blocks)
     want_values, want_ratios, want_between = brute_force(groups)
     np.testing.assert_allclose(between, want_between, atol=1e-5)
     for got, want, ratios in zip(values, want_values, want_ratios):
         assert got.value == pytest.approx(want, abs=1e-5)
-        assert [got.extra[f"layer_{i}"] for i in range(len(ratios))] == pytest.approx(ratios, abs=1e-5)
+        assert sorted(k for k in got.extra if k.startswith("layer_")) == sorted(f"layer_{b}" for b in blocks)
+        assert [got.extra[f"layer_{b}"] for b in blocks] == pytest.approx(ratios, abs=1e-5)
         # The per-variant shares average to the value (no clipping: the ratio is reported as it is).
         assert float(np.mean(got.per_variant)) == pytest.approx(got.value, abs=1e-6)
 
@@ -152,21 +154,27 @@ def _reference_hidden(model, tok, rec, layers):
 
 
 def test_evaluator_matches_brute_force_and_is_batch_size_independent(byte_tokenizer, tiny_llama, tmp_path):
-    layers = [0, 1, 3]
+    layers = [0, 1, 3]  # blocks; the evaluator is given [0, 1, -1] (the last of the tiny model's 4 blocks)
     vs = VariantSet.from_records(RECORDS, name="t")
     want_values, want_ratios, want_between = brute_force(
         [_reference_hidden(tiny_llama, byte_tokenizer, r, layers) for r in RECORDS])
     results = {}
     for bs in (1, 3, 64):
-        ev = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=layers, axes="activation,activation_rel",
+        ev = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 1, -1], axes="activation,activation_rel",
                            batch_size=bs, max_new_tokens=2)
         results[bs] = ev.evaluate(vs)
     s = results[3].sets["t"]
     for g, want, ratios in zip(s.groups, want_values, want_ratios):
         assert g.axes["activation_rel"] == pytest.approx(want, abs=1e-5), g.id
-        assert [g.extra[f"activation_rel_layer_{i}"] for i in range(len(layers))] == pytest.approx(ratios, abs=1e-5)
+        # Per-layer values are recorded under their decoder block (3, not the position 2 or the index -1).
+        rel_keys = sorted(k for k in g.extra if k.startswith("activation_rel_layer_"))
+        assert rel_keys == ["activation_rel_layer_0", "activation_rel_layer_1", "activation_rel_layer_3"]
+        assert [g.extra[f"activation_rel_layer_{b}"] for b in layers] == pytest.approx(ratios, abs=1e-5)
+        assert sorted(k for k in g.extra if k.startswith("activation_layer_")) == [
+            "activation_layer_0", "activation_layer_1", "activation_layer_3"]
     info = s.set_level["activation_rel"]["between_dispersion"]
     assert info["per_layer"] == pytest.approx(want_between, abs=1e-5)
+    assert info["layers"] == layers
     assert info["mean"] == pytest.approx(np.mean(want_between), abs=1e-5)
     assert (info["n_groups"], info["n_variants"]) == (4, 14)
     assert s.between_dispersion == pytest.approx(np.mean(want_between), abs=1e-5)
@@ -186,7 +194,10 @@ def test_evaluator_matches_brute_force_and_is_batch_size_independent(byte_tokeni
     assert entry["ci_low"] <= entry["mean"] <= entry["ci_high"]
     assert summary["sets"]["t"]["set_level"]["activation_rel"]["between_dispersion"]["per_layer"] == pytest.approx(
         want_between, abs=1e-5)
+    assert summary["sets"]["t"]["set_level"]["activation_rel"]["between_dispersion"]["layers"] == layers
     rec = json.loads((out / "t.jsonl").read_text().splitlines()[0])
+    assert rec["extra"]["activation_rel_layer_3"] == pytest.approx(want_ratios[0][2], abs=1e-5)
+    assert "activation_rel_layer_2" not in rec["extra"]
     assert rec["axes"]["activation_rel"] == pytest.approx(want_values[0], abs=1e-5)
     assert rec["instability"] == pytest.approx(rec["axes"]["activation"], abs=1e-7)  # the ratio is left out
     metrics = results[3].metrics()

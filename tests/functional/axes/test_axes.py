@@ -193,12 +193,15 @@ def hidden_from_seed(seed: int, k: int, n_layers: int = 3, h: int = 8, shared: f
 @pytest.mark.parametrize(("k", "n_layers", "shared"), [(2, 1, 0.0), (3, 4, 0.0), (5, 2, 3.0), (8, 3, 10.0)])
 def test_activation_matches_reference(k, n_layers, shared):
     hidden = hidden_from_seed(k * 10 + n_layers, k, n_layers, 16, shared)
-    got = activation_instability(hidden)
+    blocks = [2 * i + 1 for i in range(n_layers)]  # hidden[:, l] came from decoder block 2l+1
+    got = activation_instability(hidden, blocks)
     value, per_variant, per_layer = ref_activation(hidden.double().numpy())
     assert isinstance(got, AxisValue)
     assert got.value == pytest.approx(value, abs=1e-5)
     np.testing.assert_allclose(got.per_variant, per_variant, atol=1e-5)
-    assert [got.extra[f"layer_{i}"] for i in range(n_layers)] == pytest.approx(per_layer, abs=1e-5)
+    # Per-layer values are recorded under their decoder block, not their position.
+    assert sorted(got.extra) == sorted(f"layer_{b}" for b in blocks)
+    assert [got.extra[f"layer_{b}"] for b in blocks] == pytest.approx(per_layer, abs=1e-5)
     # Unclipped, the per-variant shares average to the value.
     if value < 1:
         assert float(np.mean(got.per_variant)) == pytest.approx(got.value, abs=1e-5)
