@@ -422,7 +422,10 @@ class SAGOCallback(TrainerCallback):
         self._log(logged, state, control)
         if "wandb" in (args.report_to or []):
             details = {k: v for k, v in metrics.items() if k not in logged}
-            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details)
+            settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,
+                        "overhead_budget": self.overhead_budget, "sets": list(self.sets), **self.config.to_dict()}
+            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details,
+                             settings=to_jsonable(settings))
         for listener in self._listeners:
             listener.on_sago_evaluate(args, state, control, result=result, evaluation=evaluation, monitor=self.monitor)
         return metrics

@@ -31,10 +31,10 @@ def detail_rows(result: EvalResult, details: dict[str, float], prefix: str = "ev
 
 
 def log_wandb_extras(args: TrainingArguments, state: TrainerState, result: EvalResult, *, max_rows: int,
-                     details: dict[str, float] | None = None) -> None:
+                     details: dict[str, float] | None = None, settings: dict[str, Any] | None = None) -> None:
     """Histograms of per-group values, a table of the ``max_rows`` most unstable groups (0: no table) with one
     numeric (sortable) column per axis, and ``details`` (the numbers left out of the Trainer log) as a table and
-    a nested summary entry. A failing W&B is logged, never raised: the other reporters and the history go on."""
+    a nested summary entry; ``settings`` (the callback's options) go to ``wandb.config["sago"]``. A failing W&B is logged, never raised: the other reporters and the history go on."""
     if not distributed.is_main_process() or "wandb" not in (args.report_to or []):
         return
     try:
@@ -42,6 +42,8 @@ def log_wandb_extras(args: TrainingArguments, state: TrainerState, result: EvalR
 
         if wandb.run is None:
             return
+        if settings:  # the SAGO settings beside the Trainer's, under one key (same values at every evaluation)
+            wandb.config.update({"sago": settings}, allow_val_change=True)
         payload: dict[str, Any] = {"train/global_step": state.global_step}
         rows = []
         for name, s in result.sets.items():

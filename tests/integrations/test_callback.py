@@ -239,6 +239,10 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
     assert "eval/sago/num/between_dispersion" not in scalars[0]
     assert not any(k.endswith("_ci_low") for k in scalars[0])
     assert any(k.startswith("eval/sago/details") for r in rows for k in r)
+    from .._helpers.wandb_reader import config_items
+
+    sago_config = json.loads(config_items(files[0])["sago"])
+    assert sago_config["eval_steps"] == 5 and sago_config["sets"] == ["num"] and sago_config["max_new_tokens"] == 3
     assert any("eval/sago/num/activation_hist/_type" in r for r in rows)
     assert any("eval/sago/num/activation_rel_hist/_type" in r for r in rows)
     assert any(k.startswith("eval/sago/unstable_groups") for r in rows for k in r)
