@@ -43,7 +43,7 @@ from .progress import (
     stderr_is_terminal,
 )
 from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
-from .wandb import log_wandb_extras
+from .wandb import log_tensorboard_histograms, log_wandb_extras
 
 logger = logging.getLogger(__name__)
 
@@ -420,6 +420,8 @@ class SAGOCallback(TrainerCallback):
             self._write(state, result, compare, seconds)
         logged = metrics if self.log_level == "full" else headline_metrics(metrics, result)
         self._log(logged, state, control)
+        if "tensorboard" in (args.report_to or []):
+            log_tensorboard_histograms(self.trainer, state, result)
         if "wandb" in (args.report_to or []):
             details = {k: v for k, v in metrics.items() if k not in logged}
             settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,

@@ -1,7 +1,8 @@
 """What SAGO sends to W&B beyond the scalars that go through ``Trainer.log``: histograms of per-group values,
 a table of the most unstable groups, and the details the default log level keeps out of the charts (CI bounds,
 paired changes and their p-values) as one table per evaluation and one nested summary entry, so the run summary
-is not flooded (when W&B is in ``report_to`` and a run is active)."""
+is not flooded (when W&B is in ``report_to`` and a run is active); and the per-group histograms for
+TensorBoard."""
 
 from __future__ import annotations
 
@@ -68,4 +69,27 @@ def log_wandb_extras(args: TrainingArguments, state: TrainerState, result: EvalR
         wandb.log(payload)
     except Exception as err:  # noqa: BLE001 - a failing W&B must not stop the other reporters
         logger.warning("sago: W&B logging failed (%s: %s); other reporters and the history go on",
+                       type(err).__name__, err)
+
+
+def log_tensorboard_histograms(trainer: Any, state: TrainerState, result: EvalResult) -> None:
+    """Histograms of per-group values per set and axis (``eval/sago/<set>/<axis>``) through the writer of the
+    Trainer's own TensorBoard integration, when it is there and open. A failure is logged, never raised."""
+    if trainer is None or not distributed.is_main_process():
+        return
+    writer = next((getattr(cb, "tb_writer", None) for cb in trainer.callback_handler.callbacks
+                   if type(cb).__name__ == "TensorBoardCallback"), None)
+    if writer is None:
+        return
+    try:
+        import numpy as np
+
+        for name, s in result.sets.items():
+            for axis in s.axes:
+                values = np.array([v for v in s.values(axis) if math.isfinite(v)], dtype=float)
+                if values.size:
+                    writer.add_histogram(f"eval/sago/{name}/{axis}", values, state.global_step)
+        writer.flush()
+    except Exception as err:  # noqa: BLE001 - a failing reporter must not stop the others
+        logger.warning("sago: TensorBoard histograms failed (%s: %s); other reporters and the history go on",
                        type(err).__name__, err)

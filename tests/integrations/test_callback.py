@@ -257,6 +257,16 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
         for tag in acc.Tags()["scalars"]:
             tags[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
     assert [s for s, _ in tags["eval/sago/num/activation"]] == [0, 5]
+    histograms = {}
+    for d in event_dirs:
+        acc = EventAccumulator(d, size_guidance={"histograms": 0})  # 0: keep all (the default keeps one)
+        acc.Reload()
+        for tag in acc.Tags()["histograms"]:
+            histograms[tag] = acc.Histograms(tag)
+    hist = histograms["eval/sago/num/activation"]
+    assert [h.step for h in hist] == [0, 5]
+    assert hist[0].histogram_value.num == 8  # one value per group
+    assert hist[0].histogram_value.sum == pytest.approx(8 * hist0, rel=1e-5)
     assert tags["eval/sago/num/activation"][0][1] == pytest.approx(hist0, rel=1e-5)
 
 
