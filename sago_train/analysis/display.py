@@ -9,12 +9,21 @@ from rich.console import Console
 from rich.table import Table
 
 from ..results.records import EvalResult, SetResult
+from .formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
 
 ALPHA = 0.05
 
 
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def constant_axes(s: SetResult) -> dict[str, float]:
+    """Axes of ``s`` with the same value on every group, and that value (said in one line, not tabled)."""
+    out = {}
+    for axis, sm in s.summaries.items():
+        value = constant_value(sm)
+        if value is not None:
+            out[axis] = value
+    return out
 
 
 def set_table(s: SetResult) -> Table:
@@ -25,9 +34,10 @@ def set_table(s: SetResult) -> Table:
     t.add_column("95% CI", justify="right")
     t.add_column("n", justify="right")
     for axis, sm in s.summaries.items():
-        t.add_row(axis, _fmt(sm.mean), f"[{_fmt(sm.ci_low)}, {_fmt(sm.ci_high)}]", str(sm.n))
+        if axis not in constant_axes(s):
+            t.add_row(axis, fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
     sm = s.instability
-    t.add_row("[bold]instability[/bold]", _fmt(sm.mean), f"[{_fmt(sm.ci_low)}, {_fmt(sm.ci_high)}]", str(sm.n))
+    t.add_row("[bold]instability[/bold]", fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
     return t
 
 
@@ -41,8 +51,10 @@ def kind_table(s: SetResult) -> Table | None:
         t.add_column(k, justify="right")
     t.add_column("p", justify="right")
     for axis, eff in s.kind_effects.items():
+        if axis in constant_axes(s):
+            continue
         label = "accuracy" if axis == "correct" else axis
-        t.add_row(label, *[_fmt(eff.means.get(k)) for k in s.kinds], _fmt(eff.p_value, 4))
+        t.add_row(label, *[fmt_num(eff.means.get(k)) for k in s.kinds], fmt_p(eff.p_value))
     return t
 
 
@@ -52,7 +64,9 @@ def reliability_table(s: SetResult) -> Table:
     for col in ("axis", "r (halves)", "Spearman-Brown", "p (permutation)", "n", "verdict"):
         t.add_column(col, justify="left" if col in ("axis", "verdict") else "right")
     for axis, rel in s.reliability.items():
-        t.add_row(axis, _fmt(rel.r, 2), _fmt(rel.reliability, 2), _fmt(rel.p_value, 4), str(rel.n),
+        if axis in constant_axes(s):
+            continue
+        t.add_row(axis, fmt_num(rel.r), fmt_num(rel.reliability), fmt_p(rel.p_value), str(rel.n),
                   rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else ""))
     return t
 
@@ -72,20 +86,20 @@ def findings(result: EvalResult) -> list[str]:
                 if axis == "correct":
                     worst = min(means, key=means.get)  # type: ignore[arg-type]
                     notes.append(
-                        f"{s.name}: accuracy depends on the variant kind (Friedman p={eff.p_value:.2g}); lowest on "
-                        f"'{worst}' ({means[worst]:.2f})"
+                        f"{s.name}: accuracy depends on the variant kind (Friedman {p_text(eff.p_value)}); lowest on "
+                        f"'{worst}' ({fmt_num(means[worst])})"
                     )
                 else:
                     worst = max(means, key=means.get)  # type: ignore[arg-type]
                     notes.append(
-                        f"{s.name}: {axis} instability depends on the variant kind (Friedman p={eff.p_value:.2g}); "
+                        f"{s.name}: {axis} instability depends on the variant kind (Friedman {p_text(eff.p_value)}); "
                         f"'{worst}' variants move most"
                     )
         acc: dict[str, Any] = s.correctness
         if acc.get("n") and "per_kind" in acc and acc.get("spread", 0) > 0:
             notes.append(
-                f"{s.name}: accuracy {acc['accuracy']:.2f} overall, worst-variant {acc['worst_variant_accuracy']:.2f}, "
-                f"spread across kinds {acc['spread']:.2f}"
+                f"{s.name}: accuracy {fmt_num(acc['accuracy'])} overall, worst-variant "
+                f"{fmt_num(acc['worst_variant_accuracy'])}, spread across kinds {fmt_num(acc['spread'])}"
             )
     undefined: dict[str, dict[str, list[bool]]] = {}
     for rel in result.axis_relations(ALPHA):
@@ -107,8 +121,10 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
     console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
     for s in result.sets.values():
         console.print(set_table(s))
+        for axis, value in constant_axes(s).items():
+            console.print(f"  {constant_line(axis, value)}")
         if "activation_rel" in s.set_level:
-            console.print(f"  between-group activation dispersion {_fmt(s.between_dispersion)}: activation_rel = "
+            console.print(f"  between-group activation dispersion {fmt_num(s.between_dispersion)}: activation_rel = "
                           "activation relative to it (1 = variants as far apart as unrelated prompts; a ratio, so "
                           "not in 'instability')")
         for note in s.notes:
@@ -116,8 +132,9 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
         acc = s.correctness
         if acc.get("n"):
             console.print(
-                f"  correctness ({acc['n']} groups): accuracy {acc['accuracy']:.3f}, worst-variant "
-                f"{acc['worst_variant_accuracy']:.3f}, all right {acc['all_right']:.3f}, all wrong {acc['all_wrong']:.3f}"
+                f"  correctness ({acc['n']} groups): accuracy {fmt_num(acc['accuracy'])}, worst-variant "
+                f"{fmt_num(acc['worst_variant_accuracy'])}, all right {fmt_num(acc['all_right'])}, all wrong "
+                f"{fmt_num(acc['all_wrong'])}"
             )
         kt = kind_table(s)
         if kt is not None:

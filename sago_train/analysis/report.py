@@ -35,10 +35,12 @@ from ..io import atomic_write_text
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 from ..results.store import HISTORY, Run
 from ..version import __version__
+from .formatting import constant_line, fmt_num, fmt_p, p_text
 from .report_findings import findings_markdown
 from .report_plots import (
     _colors,
     _figure_class,
+    constant_axes,
     plot_correlation,
     plot_groups,
     plot_steps,
@@ -70,26 +72,13 @@ def _num(x: Any) -> float:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
 
 
-def _fmt(x: Any) -> str:
-    """Three decimals, or scientific notation for small non-zero values (confidence can be ~1e-4)."""
-    v = _num(x)
-    if not math.isfinite(v):
-        return "-"
-    return f"{v:.3f}" if v == 0 or abs(v) >= 0.01 else f"{v:.2e}"
-
-
-def _fmt_p(p: Any) -> str:
-    v = _num(p)
-    return "-" if not math.isfinite(v) else f"{v:.3g}"
-
-
 def _fmt_ci(summary: dict[str, Any] | None) -> str:
     if summary is None or not math.isfinite(_num(summary.get("mean"))):
         return "-"
     lo, hi = summary.get("ci_low"), summary.get("ci_high")
     if not (math.isfinite(_num(lo)) and math.isfinite(_num(hi))):
-        return _fmt(summary["mean"])
-    return f"{_fmt(summary['mean'])} [{_fmt(lo)}, {_fmt(hi)}]"
+        return fmt_num(summary["mean"])
+    return f"{fmt_num(summary['mean'])} [{fmt_num(lo)}, {fmt_num(hi)}]"
 
 
 def _cell(text: Any) -> str:
@@ -194,8 +183,8 @@ def _since_baseline(run: Run) -> list[list[Any]]:
             p = _num(res.get("p_value"))
             verdict = "less stable" if math.isfinite(p) and p < ALPHA else "-"
             rows.append([run.label, s, axis, f"{res.get('step')} -> {last['step']}", res.get("n"),
-                         _fmt(res.get("mean_diff")), f"[{_fmt(res.get('ci_low'))}, {_fmt(res.get('ci_high'))}]",
-                         _fmt_p(p), verdict])
+                         fmt_num(res.get("mean_diff")), f"[{fmt_num(res.get('ci_low'))}, {fmt_num(res.get('ci_high'))}]",
+                         fmt_p(p), verdict])
     return rows
 
 
@@ -238,7 +227,8 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
     md += ["## Last evaluation", ""]
     for s in sets:
         have = [e for e in last if s in e.summaries]
-        axes = ordered_union(e.axes[s] for e in have)
+        constant = constant_axes(have, s)
+        axes = [a for a in ordered_union(e.axes[s] for e in have) if a not in constant]
         header = ["run", "step", *axes, INSTABILITY, ACCURACY, "groups"]
         rows = []
         for e in have:
@@ -246,9 +236,10 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             n = next((v.get("n") for v in e.summaries[s].values() if v.get("n") is not None), None)
             rows.append([e.label, "-" if e.step is None else e.step,
                          *(_fmt_ci(e.summaries[s].get(a)) for a in axes),
-                         _fmt_ci(e.summaries[s].get(INSTABILITY)), _fmt(acc["mean"]) if acc else "-",
+                         _fmt_ci(e.summaries[s].get(INSTABILITY)), fmt_num(acc["mean"]) if acc else "-",
                          "-" if n is None else n])
         md += [f"### set `{s}`", "", *_table(header, rows), ""]
+        md += [f"- {constant_line(a, v)}" for a, v in constant.items()] + ([""] if constant else [])
 
     # -- over training steps
     if runs:
@@ -318,9 +309,9 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             if not r.get("n"):
                 table_rows.append([r["run"], r["set"], r["axis"], 0, "-", "-", "-", "-", r["verdict"]])
                 continue
-            table_rows.append([r["run"], r["set"], r["axis"], r["n"], _fmt(r["mean_diff"]),
-                               f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]", _fmt_p(r["p_less_stable"]),
-                               _fmt_p(r["p_more_stable"]), r["verdict"]])
+            table_rows.append([r["run"], r["set"], r["axis"], r["n"], fmt_num(r["mean_diff"]),
+                               f"[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_less_stable"]),
+                               fmt_p(r["p_more_stable"]), r["verdict"]])
         md += _table(["run", "set", "axis", "n", "difference", "95% CI", "p (less stable)", "p (more stable)",
                       "verdict"], table_rows, left=3)
         md.append("")
@@ -328,7 +319,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         if significant:
             md.append("Significant differences:")
             md += [f"- set `{r['set']}`, {r['axis']}: {r['verdict']} than `{ref}` "
-                   f"(difference {_fmt(r['mean_diff'])}, p={_fmt_p(min(r['p_less_stable'], r['p_more_stable']))})"
+                   f"(difference {fmt_num(r['mean_diff'])}, {p_text(min(r['p_less_stable'], r['p_more_stable']))})"
                    for r in significant]
         else:
             md.append(f"No significant stability difference from `{ref}` on any set or axis.")

@@ -10,19 +10,10 @@ from typing import Any
 from ..errors import SagoInputError
 from ..functional import findings
 from ..results.evaluation import INSTABILITY, Evaluation, ordered_union
+from .formatting import fmt_num, fmt_p
 from .ranking import compare_evaluations
 
 __all__ = ["findings_markdown", "reliability_from_records", "relations_from_records"]
-
-
-def _fmt(x: Any, digits: int = 2) -> str:
-    v = float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
-    return "-" if not math.isfinite(v) else f"{v:.{digits}f}"
-
-
-def _fmt_p(x: Any) -> str:
-    v = float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
-    return "-" if not math.isfinite(v) else f"{v:.3g}"
 
 
 def reliability_from_records(ev: Evaluation, set_name: str, *, seed: int = 0) -> dict[str, findings.Reliability]:
@@ -73,7 +64,7 @@ def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
     for ev in last:
         for s in ev.sets:
             for axis, rel in reliability_from_records(ev, s).items():
-                rows.append([ev.label, s, axis, _fmt(rel.r), _fmt(rel.reliability), _fmt_p(rel.p_value), rel.n,
+                rows.append([ev.label, s, axis, fmt_num(rel.r), fmt_num(rel.reliability), fmt_p(rel.p_value), rel.n,
                              rel.verdict() + (f" ({rel.note})" if rel.note else "")])
     md += _table(["run", "set", "axis", "r (halves)", "Spearman-Brown", "p", "groups", "verdict"], rows, 3) if rows \
         else ["(Needs per-group records with split halves, written by sago_train >= this version.)"]
@@ -112,7 +103,7 @@ def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
             f = robust[0]
             s1, s2 = f["sets"]
             example = (f"{f['order'][s1][0]} beats {f['order'][s1][1]} on {s1}, the reverse on {s2} (p = "
-                       f"{_fmt_p(f['tests'][s1]['p_value'])}, {_fmt_p(f['tests'][s2]['p_value'])})")
+                       f"{fmt_p(f['tests'][s1]['p_value'])}, {fmt_p(f['tests'][s2]['p_value'])})")
         rows.append([axis, c["pairs"], c["flipped"], c["robust"], c["unknown"], example or "-"])
     md += ["Pairs of runs whose order differs between two sets ('flip in means'), and those whose flip is "
            f"robust: a two-sided paired Wilcoxon test (groups paired by id) with p < {findings.ALPHA} on both sets, "

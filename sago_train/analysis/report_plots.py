@@ -16,6 +16,7 @@ from ..functional import relations
 from ..io import atomic_write_bytes
 from ..results.evaluation import ACCURACY, INSTABILITY, Evaluation, ordered_union
 from ..results.store import Run
+from .formatting import constant_value, fmt_num, p_text
 
 _DPI = 110
 _Y_INSTABILITY = "instability (lower = more stable)"
@@ -34,7 +35,7 @@ def _figure_class() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError:  # matplotlib is the optional "report" extra
-        raise SagoInputError("the report's plots need matplotlib: pip install 'sago_train[report]'") from None
+        raise SagoInputError("the report's plots need matplotlib: pip install matplotlib (a sago_train dependency)") from None
     return Figure
 
 
@@ -77,13 +78,25 @@ def _colors(labels: Sequence[str]) -> dict[str, str]:
     return {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
 
 
+def constant_axes(evals: Sequence[Evaluation], set_name: str) -> dict[str, float]:
+    """Axes of ``set_name`` with one same value on every group of every evaluation in ``evals`` (said in one
+    line instead of a column or a panel), and that value."""
+    out: dict[str, float] = {}
+    for axis in ordered_union(e.axes[set_name] for e in evals if set_name in e.summaries):
+        values = {constant_value(e.summaries[set_name].get(axis) or {}) for e in evals if set_name in e.summaries}
+        if len(values) == 1 and None not in values:
+            out[axis] = values.pop()
+    return out
+
+
 def plot_steps(runs: Sequence[Run], set_name: str, colors: dict[str, str], path: Path) -> Path | None:
     """Each axis (and instability, accuracy) of ``set_name`` over training steps, runs overlaid."""
     runs = [r for r in runs if set_name in r.sets]
     if not runs:
         return None
-    panels = ordered_union([a for a in h["sets"].get(set_name, {}) if a != INSTABILITY] for r in runs
-                            for h in r.history)
+    constant = constant_axes([r.evaluation(int(h["step"])) for r in runs for h in r.history], set_name)
+    panels = ordered_union([a for a in h["sets"].get(set_name, {}) if a != INSTABILITY and a not in constant]
+                           for r in runs for h in r.history)
     if any(r.series(set_name, INSTABILITY) for r in runs):
         panels.append(INSTABILITY)
     if any(r.series(set_name, ACCURACY) for r in runs):
@@ -135,7 +148,8 @@ def plot_groups(evals: Sequence[Evaluation], set_name: str, colors: dict[str, st
     evals = [e for e in evals if set_name in e.summaries and e.records(set_name) is not None]
     if not evals:
         return None
-    panels = ordered_union(e.axes[set_name] for e in evals)
+    constant = constant_axes(evals, set_name)
+    panels = [a for a in ordered_union(e.axes[set_name] for e in evals) if a not in constant]
     if any(any(r.get(INSTABILITY) is not None for r in e.records(set_name) or []) for e in evals):
         panels.append(INSTABILITY)
     Figure = _figure_class()
@@ -214,7 +228,7 @@ def plot_correlation(evals: Sequence[Evaluation], correlations: Sequence[relatio
                 elif not math.isfinite(rho[i, j]):
                     text = "n/a"  # a constant axis (e.g. no mirroring at all) has no rank correlation
                 else:
-                    text = f"{rho[i, j]:.2f}\np={p[i, j]:.2g}"
+                    text = f"{fmt_num(rho[i, j])}\n{p_text(p[i, j])}"
                 dark = math.isfinite(rho[i, j]) and abs(rho[i, j]) > 0.6
                 ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
         ax.set_title(f"{ev.label} (n={corr.n} groups)")

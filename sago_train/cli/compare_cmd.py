@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
+from ..analysis.formatting import fmt_num
 from ..errors import SagoInputError
 from ..io import atomic_write_json
 
@@ -27,13 +27,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="also write the result as JSON")
     p.set_defaults(func=run)
     return p
-
-
-def _fmt(x: Any) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    return f"{x:.3f}" if x == 0 or abs(x) >= 0.01 else f"{x:.2e}"
 
 
 def print_comparison(result: dict[str, Any], console: Any) -> None:
@@ -66,9 +59,9 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                 if sc is None:
                     cells.append("-")
                     continue
-                ci = f" \\[{_fmt(sc['ci_low'])}, {_fmt(sc['ci_high'])}]" if sc.get("ci_low") is not None else ""
+                ci = f" \\[{fmt_num(sc['ci_low'])}, {fmt_num(sc['ci_high'])}]" if sc.get("ci_low") is not None else ""
                 rank = r["ranks"][s][lab]
-                cells.append(f"{_fmt(sc['mean'])}{ci} ([bold]#{rank}[/bold])")
+                cells.append(f"{fmt_num(sc['mean'])}{ci} ([bold]#{rank}[/bold])")
             t.add_row(esc(lab), *cells)
         console.print(t)
         if len(sets) >= 2:
@@ -77,7 +70,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
             for s in sets:
                 tau.add_column(esc(s), justify="right")
             for s1 in sets:
-                tau.add_row(esc(s1), *(_fmt(r["tau"][s1].get(s2)) for s2 in sets))
+                tau.add_row(esc(s1), *(fmt_num(r["tau"][s1].get(s2)) for s2 in sets))
             console.print(tau)
         total_flips += len(r["flips"])
         counts = r.get("reversal") or {}

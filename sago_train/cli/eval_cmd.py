@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import distributed
     from ..analysis.display import print_result
     from ..eval.evaluator import SAGOEvaluator
+    from ..integrations.progress import SetProgress, stderr_is_terminal
 
     sets = _sets_for(args.sets, args.model)
     _init_distributed()
@@ -114,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=False, width=None if sys.stdout.isatty() else 110)
     if args.quiet or not main:
         result = evaluator.evaluate(sets)
+    elif not stderr_is_terminal():  # a log file: the bar would draw nothing, so one line per set instead
+        from ..data.sources import resolve_sets
+
+        counts = {name: evaluator.count_sequences({name: vs}) for name, vs in resolve_sets(sets).items()}
+        result = evaluator.evaluate(sets, progress=SetProgress(counts, lambda line: print(line, file=sys.stderr),
+                                                               label="sago eval"))
     else:
         with Progress(
             TextColumn("SAGO eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -170,7 +170,7 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
         try:
             import peft
         except ImportError as err:
-            raise SagoInputError("model.lora needs peft", hint="pip install 'sago_train[peft]'") from err
+            raise SagoInputError("model.lora needs peft", hint="pip install peft (a sago_train dependency)") from err
         config = peft.LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
         try:
@@ -231,6 +231,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         try:
             callbacks.append(SAGOCallback(sets, eval_steps=recipe.monitor.eval_steps, baseline=recipe.monitor.baseline,
                                           overhead_budget=recipe.monitor.overhead_budget, overwrite=overwrite,
+                                          log_level=recipe.monitor.log_level,
                                           config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",

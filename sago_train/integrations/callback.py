@@ -33,13 +33,30 @@ from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
 from .early_stopping import check_target
 from .monitor import MonitorState
-from .options import MonitorOptions
+from .options import LOG_LEVELS, MonitorOptions
+from .progress import (
+    SetProgress,
+    cost_line,
+    ensure_console,
+    planned_evaluations,
+    share_line,
+    stderr_is_terminal,
+)
 from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
-from .wandb import log_wandb_extras
+from .wandb import log_tensorboard_histograms, log_wandb_extras
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "eval_sago"
+
+
+def headline_metrics(metrics: dict[str, float], result: EvalResult) -> dict[str, float]:
+    """The keys of ``metrics`` that the default log level sends to the Trainer log: per set the axis means,
+    ``instability`` and ``accuracy``; the overall instability; the runtime. At most sets x (axes + 2) + 2."""
+    keep = {f"{PREFIX}/instability", f"{PREFIX}/runtime"}
+    for name, s in result.sets.items():
+        keep.update(f"{PREFIX}/{name}/{key}" for key in (*s.summaries, "instability", "accuracy"))
+    return {k: v for k, v in metrics.items() if k in keep}
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -60,6 +77,11 @@ class SAGOCallback(TrainerCallback):
             the baseline and the final one included (0.05 = 5%); the next step is re-estimated after every
             evaluation from measured times. A run shorter than about ``2 * eval_time / budget`` gets only the
             baseline and the final evaluation.
+        log_level: ``"default"``: each evaluation logs, per set, the axis means, ``instability`` and accuracy, plus
+            the overall instability and the runtime; CI bounds, p-values, ``_vs_baseline`` / ``_vs_best`` and
+            set-level figures go to ``history.jsonl`` and the W&B summary and tables only. ``"full"``: all of them
+            in the Trainer log too. Either way the Trainer's evaluation metrics get every number, so
+            ``metric_for_best_model`` may name any of them.
         raise_on_error: re-raise an exception from an evaluation instead of logging it and training on.
         trainer: the Trainer to log through (see the module doc); or bind later with :meth:`attach`.
         guard_reporters: opt-in: when bound, wrap the Trainer's reporting integrations so that one that fails
@@ -91,6 +113,7 @@ class SAGOCallback(TrainerCallback):
         eval_steps: int | None = MonitorOptions.eval_steps,
         baseline: bool = MonitorOptions.baseline,
         overhead_budget: float = MonitorOptions.overhead_budget,
+        log_level: str = MonitorOptions.log_level,
         raise_on_error: bool = False,
         trainer: Any = None,
         guard_reporters: bool = False,
@@ -111,6 +134,9 @@ class SAGOCallback(TrainerCallback):
         if not (isinstance(overhead_budget, (int, float)) and overhead_budget > 0 and math.isfinite(overhead_budget)):
             raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
         self.overhead_budget = float(overhead_budget)
+        if log_level not in LOG_LEVELS:
+            raise SagoInputError(f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
+        self.log_level = log_level
         self.raise_on_error = raise_on_error
         self.guard_reporters = guard_reporters
         self.log_unstable_groups = log_unstable_groups
@@ -128,6 +154,7 @@ class SAGOCallback(TrainerCallback):
         self._auto = False
         self._next_auto: int | None = None
         self._clock: dict[str, float] = {}
+        self._cost: dict[str, float] | None = None  # the cadence's planned cost, until its share can be said
         self._pending = False
         self._listeners: list[Any] = []
         self._attempted: set[int] = set()  # steps evaluated or tried (a failed step is not retried at the end)
@@ -180,6 +207,9 @@ class SAGOCallback(TrainerCallback):
         self._auto = self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
         self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
+        self._cost: dict[str, float] | None = None
+        if main:
+            ensure_console(logging.INFO)
         if self.baseline and state.global_step not in self._done and not resumed:
             self._evaluate(args, state, control, kwargs)
 
@@ -234,6 +264,8 @@ class SAGOCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        if self._cost is not None and state.global_step - int(self._clock["step"]) >= 3:
+            self._say_cost_share(state)
         final = self.evaluate_at_end and (control.should_training_stop or state.global_step >= state.max_steps > 0)
         if final and state.global_step not in self._done and state.global_step not in self._attempted:
             # The final evaluation runs here, at the last step, not in on_train_end: by then the Trainer may
@@ -298,19 +330,25 @@ class SAGOCallback(TrainerCallback):
             self._release_lock()
 
     # ------------------------------------------------------------------ evaluation
-    def _progress(self, args: TrainingArguments, total: int) -> tuple[Callable[[int], None] | None, Any]:
-        if args.disable_tqdm or not distributed.is_main_process():
+    def _progress(self, args: TrainingArguments, evaluator: SAGOEvaluator, step: int
+                  ) -> tuple[Callable[[int], None] | None, Any]:
+        if not distributed.is_main_process():
+            return None, None
+        if not stderr_is_terminal():  # a log file: a bar would draw nothing there
+            counts = {name: evaluator.count_sequences({name: vs}) for name, vs in self.sets.items()}
+            return SetProgress(counts, logger.info, label=f"sago step {step}"), None
+        if args.disable_tqdm:
             return None, None
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc="SAGO eval", leave=False, dynamic_ncols=True)
+        bar = tqdm(total=evaluator.count_sequences(self.sets), desc="SAGO eval", leave=False, dynamic_ncols=True)
         return bar.update, bar
 
-    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments) -> EvalResult:
+    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int) -> EvalResult:
         config = self.config
         while True:
             evaluator = SAGOEvaluator(model, tokenizer, config=config)
-            tick, bar = self._progress(args, evaluator.count_sequences(self.sets))
+            tick, bar = self._progress(args, evaluator, step)
             try:
                 return evaluator.evaluate(self.sets, progress=tick)
             except RuntimeError as err:
@@ -342,7 +380,7 @@ class SAGOCallback(TrainerCallback):
         self._attempted.add(state.global_step)
         try:
             with RNGGuard():
-                result = self._run_evaluator(model, tokenizer, args)
+                result = self._run_evaluator(model, tokenizer, args, state.global_step)
         except Exception as err:  # noqa: BLE001 - monitoring must never cost the training run
             if self.raise_on_error or distributed.world_size() > 1:
                 # With several processes the other ranks may be waiting in a collective of this evaluation:
@@ -356,6 +394,8 @@ class SAGOCallback(TrainerCallback):
         if self._clock:
             self._clock["eval"] += seconds
             self._clock["last_eval"] = seconds
+        if self._clock and state.global_step == int(self._clock["step"]) and distributed.is_main_process():
+            self._say_cost(args, state, seconds)
         if self._auto and state.global_step > int(self._clock["step"]):
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1
@@ -378,12 +418,36 @@ class SAGOCallback(TrainerCallback):
         self._done[state.global_step] = metrics
         if distributed.is_main_process():
             self._write(state, result, compare, seconds)
-        self._log(metrics, state, control)
+        logged = metrics if self.log_level == "full" else headline_metrics(metrics, result)
+        self._log(logged, state, control)
+        if "tensorboard" in (args.report_to or []):
+            log_tensorboard_histograms(self.trainer, state, result)
         if "wandb" in (args.report_to or []):
-            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups)
+            details = {k: v for k, v in metrics.items() if k not in logged}
+            settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,
+                        "overhead_budget": self.overhead_budget, "sets": list(self.sets), **self.config.to_dict()}
+            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details,
+                             settings=to_jsonable(settings))
         for listener in self._listeners:
             listener.on_sago_evaluate(args, state, control, result=result, evaluation=evaluation, monitor=self.monitor)
         return metrics
+
+    def _say_cost(self, args: TrainingArguments, state: TrainerState, seconds: float) -> None:
+        """After the first evaluation of the run: what one costs, and what the cadence will cost in all."""
+        n = planned_evaluations(
+            max_steps=state.max_steps, start_step=state.global_step, eval_steps=self.eval_steps,
+            trainer_strategy=str(getattr(args.eval_strategy, "value", args.eval_strategy)),
+            trainer_eval_steps=args.eval_steps, epochs=args.num_train_epochs, at_end=self.evaluate_at_end)
+        self._cost = None if n is None else {"n": n, "seconds": seconds}
+        logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget))
+
+    def _say_cost_share(self, state: TrainerState) -> None:
+        cost, self._cost = self._cost, None
+        if cost is not None and distributed.is_main_process():
+            steps = state.global_step - int(self._clock["step"])
+            step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
+            logger.info(share_line(step_s, steps, state.max_steps - int(self._clock["step"]), int(cost["n"]),
+                                   cost["seconds"]))
 
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
         if self.monitor is None:

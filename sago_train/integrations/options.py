@@ -17,6 +17,14 @@ class MonitorOptions:
     baseline: bool = field(default=True, metadata={"help": "Evaluate once before the first training step."})
     overhead_budget: float = field(default=0.05, metadata={"help": "Automatic cadence: the share of training wall "
                                    "time that evaluations may take, the baseline and the final one included."})
+    log_level: str = field(default="default", metadata={"help": "What each evaluation sends to the Trainer log "
+                           "(console, TensorBoard, W&B charts). default: per set the axis means, instability and "
+                           "accuracy, plus the overall instability and the runtime; CI bounds, p-values, "
+                           "_vs_baseline/_vs_best and set-level figures go only to history.jsonl and the W&B summary "
+                           "and tables. full: every number in the log too."})
+
+
+LOG_LEVELS = ("default", "full")
 
 
 @dataclass

@@ -78,7 +78,7 @@ def load_model_and_tokenizer(
                 from peft import PeftModel
             except ImportError as err:
                 raise SagoInputError(
-                    f"{path} is a PEFT adapter and peft is not installed", hint="pip install 'sago_train[peft]'"
+                    f"{path} is a PEFT adapter and peft is not installed", hint="pip install peft (a sago_train dependency)"
                 ) from err
             base_name = _adapter_base(adapter)
             base = AutoModelForCausalLM.from_pretrained(base_name, **kwargs)

@@ -285,7 +285,7 @@ def _build_sft_trainer() -> type:
     try:
         from trl import SFTTrainer
     except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("StabilitySFTTrainer needs TRL: pip install 'sago_train[trl]'") from err
+        raise ImportError("StabilitySFTTrainer needs TRL: pip install trl (a sago_train dependency)") from err
 
     class StabilitySFTTrainer(StabilityTrainerMixin, SFTTrainer):
         """``trl.SFTTrainer`` with the stability loss.

@@ -50,3 +50,12 @@ def history_rows(path) -> list[dict[str, str]]:
         if r.WhichOneof("record_type") == "history":
             rows.append({(i.key or "/".join(i.nested_key)): i.value_json for i in r.history.item})
     return rows
+
+
+def config_items(path) -> dict[str, str]:
+    """Every ``wandb.config`` key of the run, as ``{key: value_json}`` (the last update wins)."""
+    items: dict[str, str] = {}
+    for r in read_records(path):
+        if r.WhichOneof("record_type") == "config":
+            items.update({(i.key or "/".join(i.nested_key)): i.value_json for i in r.config.update})
+    return items

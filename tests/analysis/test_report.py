@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sago_train.analysis.formatting import fmt_num, fmt_p
 from sago_train.cli.main import main
 
 from .._helpers.results_dirs import (
@@ -65,6 +66,24 @@ def test_report_from_an_eval_dir(tmp_path, capsys):
     s = json.loads((ev / "summary.json").read_text())["sets"]["para"]["axes"]["activation"]
     assert f"{s['mean']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]" in md
     assert "0.500" in row
+    # mirroring is 0 on every group: one line, no column (and no panel, see the next test).
+    section = md[md.index("### set `para`"):md.index("### set `typo`")]
+    assert "- mirroring: constant at 0.000 (left out of the tables and plots)\n" in section
+    header = next(line for line in section.splitlines() if line.startswith("| run |"))
+    assert header == "| run | step | activation | confidence | generation | instability | accuracy | groups |"
+
+
+def test_constant_axes_are_left_out_of_the_plots(tmp_path):
+    from sago_train.analysis.compare import load_source
+    from sago_train.analysis.report_plots import constant_axes
+
+    run = load_source(write_run_dir(tmp_path / "r", {0: {"s": axis_values(0)}, 5: {"s": axis_values(1)}}))
+    evals = [run.evaluation(step) for step in run.steps]
+    assert constant_axes(evals, "s") == {"mirroring": 0.0}
+    moving = axis_values(2)
+    moving["mirroring"] = [0.0] * 11 + [0.5]  # not constant at step 10: it gets its panel back
+    run = load_source(write_run_dir(tmp_path / "r2", {0: {"s": axis_values(0)}, 10: {"s": moving}}))
+    assert constant_axes([run.evaluation(step) for step in run.steps], "s") == {}
 
 
 def test_two_runs_give_the_paired_comparison(tmp_path, capsys):
@@ -222,7 +241,7 @@ def test_report_findings_are_computed_per_set_from_records(tmp_path, capsys):
     section = md[md.index("## Findings"):]
     rel = split_half_reliability(ha, hb)
     row = next(line for line in section.splitlines() if line.startswith("| A | setX | activation |"))
-    assert f"| {rel.r:.2f} | {rel.reliability:.2f} | {rel.p_value:.3g} | 30 | not noise |" in row
+    assert f"| {fmt_num(rel.r)} | {fmt_num(rel.reliability)} | {fmt_p(rel.p_value)} | 30 | not noise |" in row
     # Records without halves: said, not invented.
     assert "| A | setY | activation | - | - | - | 0 | not computed (needs at least 3 groups with K >= 4" in section
     # Finding 2 per set with the numbers of axis_relations on that set's groups alone.

@@ -127,3 +127,12 @@ def test_help_lists_options(capsys):
     for opt in ("--model", "--set", "--axes", "--layers", "--pooling", "--similarity", "--max-new-tokens",
                 "--batch-size", "--seed", "--out"):
         assert opt in out
+
+
+def test_eval_progress_reaches_a_log_file(capsys, saved_tiny_model, sample_set_file):
+    """Without --quiet and with stderr not a terminal (as here, and in a log file), one line per set."""
+    args = [a for a in BASE if a != "--quiet"]
+    code, out, err = run_cli(["eval", "--model", str(saved_tiny_model), "--set", f"s={sample_set_file}", *args], capsys)
+    assert code == 0, err
+    line = next(x for x in err.splitlines() if x.startswith("sago eval: set 's' done"))
+    assert line.startswith("sago eval: set 's' done (1/1 sets, ") and line.endswith(" s)")

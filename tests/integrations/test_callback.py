@@ -78,12 +78,19 @@ def test_lora_run_logs_history_and_files(tmp_path):
     # Metrics reached the Trainer's log at the right global step, beside its own loss logs.
     sago_logs = [h for h in tr.state.log_history if "eval_sago/num/activation" in h]
     assert [h["step"] for h in sago_logs] == [0, 5, 10]
-    assert all("eval_sago/instability" in h and "eval_sago/num/activation_ci_low" in h for h in sago_logs)
+    # The default log level logs the headline numbers; CIs, paired changes and set-level figures stay in the
+    # history and in the callback's full metrics (which the Trainer's evaluation metrics receive).
+    assert all("eval_sago/instability" in h and "eval_sago/num/activation_ci_low" not in h for h in sago_logs)
     for h, line in zip(sago_logs, hist):
         assert h["eval_sago/num/activation_rel"] == pytest.approx(line["sets"]["num"]["activation_rel"]["mean"])
-        assert h["eval_sago/num/between_dispersion"] == pytest.approx(
+        assert "eval_sago/num/between_dispersion" not in h
+        full = cb._done[h["step"]]
+        assert full["eval_sago/num/activation_ci_low"] == pytest.approx(line["sets"]["num"]["activation"]["ci_low"])
+        assert full["eval_sago/num/between_dispersion"] == pytest.approx(
             line["set_level"]["num"]["activation_rel"]["between_dispersion"]["mean"])
-    assert "eval_sago/num/activation_vs_baseline" in sago_logs[1]
+    assert "eval_sago/num/activation_vs_baseline" not in sago_logs[1]
+    assert cb._done[5]["eval_sago/num/activation_vs_baseline"] == pytest.approx(
+        hist[1]["compare"]["num"]["activation"]["vs_baseline"]["mean_diff"])
     assert [h["step"] for h in tr.state.log_history if "loss" in h] == [5, 10]
     # Order: baseline inside train_begin before any step; the step-5 evaluation logs right after step_end 5.
     names = [(e, s) for e, s, keys in rec.events if e != "log" or keys]
@@ -92,6 +99,55 @@ def test_lora_run_logs_history_and_files(tmp_path):
     # The step-5 evaluation is logged during step 5's on_step_end (callbacks run in order, so ours precedes
     # the recorder's), i.e. after step 4 ended and before step 6.
     assert names.index(("step_end", 4)) < names.index(("log", 5)) < names.index(("step_end", 6))
+
+
+SAGO_AXES = ("activation", "activation_rel", "confidence", "generation", "mirroring")
+
+
+@pytest.mark.parametrize("log_level", ["default", "full"])
+def test_log_level_bounds_the_keys_of_one_evaluation(tmp_path, log_level):
+    """Issue 13's "Done when": a default run logs at most sets x axes + a few SAGO numbers per evaluation."""
+    rec = Recorder()
+    sets = {"num": variant_set("num"), "more": variant_set("more", n=4)}
+    cb = SAGOCallback(sets, eval_steps=2, log_level=log_level, **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb, rec], max_steps=2)
+    tr.train()
+    logs = [keys for e, step, keys in rec.events if e == "log" and keys]
+    assert len(logs) == 2  # the baseline and step 2
+    headline = {"eval_sago/instability", "eval_sago/runtime"} | {
+        f"eval_sago/{n}/{k}" for n in sets for k in (*SAGO_AXES, "instability", "accuracy")}
+    bound = len(sets) * (len(SAGO_AXES) + 2) + 2
+    assert len(headline) == bound == 16
+    if log_level == "default":
+        for keys in logs:
+            assert set(keys) <= headline and len(keys) <= bound
+        assert {"eval_sago/num/activation", "eval_sago/more/instability"} <= set(logs[1])
+    else:
+        assert "eval_sago/num/activation_ci_low" in logs[0] and "eval_sago/num/activation_vs_baseline_p" in logs[1]
+        assert len(logs[1]) > 3 * bound
+    # Either way, the full metrics are kept for metric_for_best_model.
+    assert "eval_sago/num/activation_vs_best" in cb._done[2]
+
+
+def test_cost_and_progress_lines(tmp_path, caplog):
+    """After the baseline: seconds per evaluation and the cadence's total; once steps are timed, its share;
+    per set a progress line (pytest's stderr is not a terminal, as in a log file)."""
+    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    tr = make_trainer(tmp_path, callbacks=[cb], max_steps=10)
+    with caplog.at_level("INFO", logger="sago_train"):
+        tr.train()
+    text = caplog.text
+    assert "the cadence plans 2 more up to step 10: about" in text
+    assert "(3 steps timed)" in text and "the 2 planned evaluations" in text and "% to it" in text
+    for step in (0, 5, 10):
+        assert f"sago step {step}: set 'num' done (1/1 sets, " in text
+
+
+def test_log_level_is_checked():
+    from sago_train.errors import SagoInputError
+
+    with pytest.raises(SagoInputError, match="log_level"):
+        SAGOCallback(variant_set(), log_level="verbose")
 
 
 def test_follows_trainer_evaluation_and_best_model(tmp_path):
@@ -179,7 +235,14 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
     assert float(scalars[0]["eval/sago/num/activation"]) == pytest.approx(hist0, rel=1e-6)
     rel0 = _history(tmp_path / "out")[0]["sets"]["num"]["activation_rel"]["mean"]
     assert float(scalars[0]["eval/sago/num/activation_rel"]) == pytest.approx(rel0, rel=1e-6)
-    assert "eval/sago/num/between_dispersion" in scalars[0]
+    # Default log level: the set-level and CI figures are not charts but one table per evaluation.
+    assert "eval/sago/num/between_dispersion" not in scalars[0]
+    assert not any(k.endswith("_ci_low") for k in scalars[0])
+    assert any(k.startswith("eval/sago/details") for r in rows for k in r)
+    from .._helpers.wandb_reader import config_items
+
+    sago_config = json.loads(config_items(files[0])["sago"])
+    assert sago_config["eval_steps"] == 5 and sago_config["sets"] == ["num"] and sago_config["max_new_tokens"] == 3
     assert any("eval/sago/num/activation_hist/_type" in r for r in rows)
     assert any("eval/sago/num/activation_rel_hist/_type" in r for r in rows)
     assert any(k.startswith("eval/sago/unstable_groups") for r in rows for k in r)
@@ -194,6 +257,16 @@ def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypat
         for tag in acc.Tags()["scalars"]:
             tags[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
     assert [s for s, _ in tags["eval/sago/num/activation"]] == [0, 5]
+    histograms = {}
+    for d in event_dirs:
+        acc = EventAccumulator(d, size_guidance={"histograms": 0})  # 0: keep all (the default keeps one)
+        acc.Reload()
+        for tag in acc.Tags()["histograms"]:
+            histograms[tag] = acc.Histograms(tag)
+    hist = histograms["eval/sago/num/activation"]
+    assert [h.step for h in hist] == [0, 5]
+    assert hist[0].histogram_value.num == 8  # one value per group
+    assert hist[0].histogram_value.sum == pytest.approx(8 * hist0, rel=1e-5)
     assert tags["eval/sago/num/activation"][0][1] == pytest.approx(hist0, rel=1e-5)
 
 

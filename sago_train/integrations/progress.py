@@ -1,0 +1,97 @@
+"""Progress that survives a log file: a bar (tqdm, rich) draws nothing when stderr is not a terminal, so an
+evaluation of minutes would be silent in ``nohup``/SLURM/CI logs. :class:`SetProgress` counts the sequences an
+evaluation reports and writes one line per finished set, with the elapsed time."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+
+
+def stderr_is_terminal() -> bool:
+    """Whether a progress bar on stderr would be seen (False for log files and pipes)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
+class SetProgress:
+    """A ``progress(n)`` callable for :meth:`SAGOEvaluator.evaluate`: ``counts`` is the number of sequences of
+    each set, in evaluation order; ``say`` receives one line per finished set, e.g.
+    ``sago step 10: set 'paraphrase' done (1/2 sets, 96/160 sequences, 12.3 s)``."""
+
+    def __init__(self, counts: Mapping[str, int], say: Callable[[str], None], label: str = "sago") -> None:
+        self.counts = dict(counts)
+        self.total = sum(self.counts.values())
+        self.say = say
+        self.label = label
+        self.done = 0
+        self._next = 0  # index of the next set to finish
+        self._ends = []
+        acc = 0
+        for n in self.counts.values():
+            acc += n
+            self._ends.append(acc)
+        self._start = time.perf_counter()
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        names = list(self.counts)
+        while self._next < len(names) and self.done >= self._ends[self._next]:
+            seconds = time.perf_counter() - self._start
+            self.say(f"{self.label}: set '{names[self._next]}' done ({self._next + 1}/{len(names)} sets, "
+                     f"{self._ends[self._next]}/{self.total} sequences, {seconds:.1f} s)")
+            self._next += 1
+
+
+def ensure_console(level: int) -> None:
+    """Show ``sago_train``'s log lines (the cost line, per-set progress) on stderr when nobody configured logging:
+    Python drops INFO lines otherwise. Does nothing when the application (or pytest) has set up a handler."""
+    import logging
+
+    lib = logging.getLogger("sago_train")
+    if lib.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    lib.addHandler(handler)
+    lib.setLevel(level)
+    lib.propagate = False  # root has no handler now; if one is added later, lines would otherwise print twice
+
+
+def planned_evaluations(*, max_steps: int, start_step: int, eval_steps: int | None, trainer_strategy: str,
+                        trainer_eval_steps: float | None, epochs: float, at_end: bool) -> int | None:
+    """How many evaluations after the baseline the chosen cadence will run up to ``max_steps``; None for the
+    automatic cadence (bounded by its overhead budget instead) or an unknown length."""
+    if max_steps <= 0:
+        return None
+    if eval_steps is not None:
+        every = eval_steps
+    elif trainer_strategy == "steps" and trainer_eval_steps:
+        every = max(1, round(trainer_eval_steps * max_steps)) if trainer_eval_steps < 1 else int(trainer_eval_steps)
+    elif trainer_strategy == "epoch":
+        return max(1, round(epochs))
+    else:
+        return None
+    n = max_steps // every - start_step // every
+    return n + int(at_end and max_steps % every != 0)
+
+
+def cost_line(seconds: float, n: int | None, max_steps: int, budget: float) -> str:
+    """The line after the baseline: one evaluation's time and the cadence's planned total (``n`` evaluations;
+    None: the automatic cadence, bounded by ``budget``)."""
+    if n is None:
+        return (f"sago: one evaluation took {seconds:.1f} s; the automatic cadence keeps evaluations within "
+                f"{100 * budget:.0f}% of training time")
+    return (f"sago: one evaluation took {seconds:.1f} s; the cadence plans {n} more up to step {max_steps}: about "
+            f"{n * seconds:.0f} s (the share of training time follows once a few steps are timed)")
+
+
+def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: float) -> str:
+    """The line once a few steps are timed: estimated training time and the planned evaluations' share of it."""
+    train_s = step_s * steps
+    total = n * seconds
+    return (f"sago: at {step_s:.2f} s per training step ({steps_timed} steps timed), training takes about "
+            f"{train_s:.0f} s; the {n} planned evaluations ({total:.0f} s) add {100 * total / train_s:.0f}% to it")

@@ -1,0 +1,68 @@
+"""Progress lines for log files and the cadence's planned number of evaluations (issue 13, "Costs shown")."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from sago_train.integrations import progress
+from sago_train.integrations.progress import SetProgress, planned_evaluations
+
+
+def test_one_line_per_finished_set(monkeypatch):
+    times = iter([100.0, 102.5, 110.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(times))
+    lines: list[str] = []
+    tick = SetProgress({"a": 6, "b": 4}, lines.append, label="sago step 0")
+    for n in (3, 2):
+        tick(n)
+    assert lines == []
+    tick(1)  # set a ends exactly at 6 sequences
+    tick(4)
+    assert lines == ["sago step 0: set 'a' done (1/2 sets, 6/10 sequences, 2.5 s)",
+                     "sago step 0: set 'b' done (2/2 sets, 10/10 sequences, 10.0 s)"]
+
+
+@pytest.mark.parametrize("kw, expected", [
+    (dict(eval_steps=5), 2),                                   # steps 5, 10
+    (dict(eval_steps=3), 4),                                   # 3, 6, 9 and the final 10
+    (dict(eval_steps=3, at_end=False), 3),
+    (dict(trainer_strategy="steps", trainer_eval_steps=0.5), 2),
+    (dict(trainer_strategy="steps", trainer_eval_steps=4.0), 3),
+    (dict(trainer_strategy="epoch", epochs=3.0), 3),
+    (dict(), None),                                            # the automatic cadence
+])
+def test_planned_evaluations(kw, expected):
+    args = dict(max_steps=10, start_step=0, eval_steps=None, trainer_strategy="no", trainer_eval_steps=None,
+                epochs=1.0, at_end=True) | kw
+    assert planned_evaluations(**args) == expected
+    # brute force for a fixed cadence: the multiples of `every` after the start, plus a final one
+    if kw.get("eval_steps"):
+        every = kw["eval_steps"]
+        due = {s for s in range(1, 11) if s % every == 0} | ({10} if args["at_end"] else set())
+        assert expected == len(due)
+
+
+def test_console_only_when_logging_is_unconfigured(monkeypatch):
+    lib = logging.getLogger("sago_train")
+    monkeypatch.setattr(lib, "handlers", [])
+    progress.ensure_console(logging.INFO)  # pytest has a root handler: nothing is added
+    assert lib.handlers == []
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(lib, "propagate", True)
+    monkeypatch.setattr(lib, "level", logging.NOTSET)
+    progress.ensure_console(logging.INFO)
+    assert len(lib.handlers) == 1 and lib.level == logging.INFO and lib.propagate is False
+
+
+def test_cost_lines():
+    assert progress.cost_line(12.34, 4, 100, 0.05) == (
+        "sago: one evaluation took 12.3 s; the cadence plans 4 more up to step 100: about 49 s (the share of "
+        "training time follows once a few steps are timed)")
+    assert progress.cost_line(2.0, None, 100, 0.05) == (
+        "sago: one evaluation took 2.0 s; the automatic cadence keeps evaluations within 5% of training time")
+    assert progress.share_line(0.5, 3, 100, 4, 12.5) == (
+        "sago: at 0.50 s per training step (3 steps timed), training takes about 50 s; the 4 planned evaluations "
+        "(50 s) add 100% to it")
