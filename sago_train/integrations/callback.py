@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,36 +31,20 @@ from ..results.evaluation import Evaluation
 from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
 from .early_stopping import check_target
+from .metrics import evaluation_metrics, headline_metrics, history_entry
 from .monitor import MonitorState
 from .options import LOG_LEVELS, MonitorOptions
 from .progress import (
-    SetProgress,
     cost_line,
     ensure_console,
+    evaluation_progress,
     planned_evaluations,
     share_line,
-    stderr_is_terminal,
 )
-from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
+from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters, is_oom
 from .wandb import log_tensorboard_histograms, log_wandb_extras
 
 logger = logging.getLogger(__name__)
-
-PREFIX = "eval_sago"
-
-
-def headline_metrics(metrics: dict[str, float], result: EvalResult) -> dict[str, float]:
-    """The keys of ``metrics`` that the default log level sends to the Trainer log: per set the axis means,
-    ``instability`` and ``accuracy``; the overall instability; the runtime. At most sets x (axes + 2) + 2."""
-    keep = {f"{PREFIX}/instability", f"{PREFIX}/runtime"}
-    for name, s in result.sets.items():
-        keep.update(f"{PREFIX}/{name}/{key}" for key in (*s.summaries, "instability", "accuracy"))
-    return {k: v for k, v in metrics.items() if k in keep}
-
-
-def _is_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
-
 
 class SAGOCallback(TrainerCallback):
     """Measure SAGO on held-out variant sets while a model trains.
@@ -330,30 +313,16 @@ class SAGOCallback(TrainerCallback):
             self._release_lock()
 
     # ------------------------------------------------------------------ evaluation
-    def _progress(self, args: TrainingArguments, evaluator: SAGOEvaluator, step: int
-                  ) -> tuple[Callable[[int], None] | None, Any]:
-        if not distributed.is_main_process():
-            return None, None
-        if not stderr_is_terminal():  # a log file: a bar would draw nothing there
-            counts = {name: evaluator.count_sequences({name: vs}) for name, vs in self.sets.items()}
-            return SetProgress(counts, logger.info, label=f"sago step {step}"), None
-        if args.disable_tqdm:
-            return None, None
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=evaluator.count_sequences(self.sets), desc="SAGO eval", leave=False, dynamic_ncols=True)
-        return bar.update, bar
-
     def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int) -> EvalResult:
         config = self.config
         while True:
             evaluator = SAGOEvaluator(model, tokenizer, config=config)
-            tick, bar = self._progress(args, evaluator, step)
+            tick, bar = evaluation_progress(evaluator, self.sets, step, disable_bar=args.disable_tqdm, say=logger.info)
             try:
                 return evaluator.evaluate(self.sets, progress=tick)
             except RuntimeError as err:
                 # Under torch.distributed a retry on one rank would leave the others waiting in a collective.
-                if not _is_oom(err) or config.batch_size == 1 or distributed.world_size() > 1:
+                if not is_oom(err) or config.batch_size == 1 or distributed.world_size() > 1:
                     raise
                 # Out of memory: retry with half the batch (results do not depend on the batch size).
                 logger.warning("sago: out of memory at batch size %d, retrying with %d", config.batch_size,
@@ -406,14 +375,7 @@ class SAGOCallback(TrainerCallback):
         if distributed.is_main_process():
             for note in result.warnings:  # degenerate outputs: empty or question-independent generations
                 logger.warning("sago: step %d: %s", state.global_step, note)
-        metrics = result.metrics(prefix=PREFIX)
-        for name, axes in compare.items():
-            for axis, entry in axes.items():
-                for label, res in entry.items():
-                    metrics[f"{PREFIX}/{name}/{axis}_{label}"] = res["mean_diff"]
-                    metrics[f"{PREFIX}/{name}/{axis}_{label}_p"] = res["p_value"]
-        metrics[f"{PREFIX}/runtime"] = seconds
-        metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+        metrics = evaluation_metrics(result, compare, seconds)
         self.last_metrics = metrics
         self._done[state.global_step] = metrics
         if distributed.is_main_process():
@@ -452,18 +414,8 @@ class SAGOCallback(TrainerCallback):
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
         if self.monitor is None:
             return
-        entry = {
-            "step": int(state.global_step),
-            "epoch": float(state.epoch or 0.0),
-            "sets": result.history_sets(),
-            "baseline": self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step,
-            "compare": compare,
-            "correctness": {n: s.correctness for n, s in result.sets.items()},
-            "resolved": result.config.get("resolved"),
-            "warnings": list(result.warnings),
-            "set_level": {n: s.set_level for n, s in result.sets.items() if s.set_level},
-            "runtime_s": seconds,
-        }
+        is_baseline = self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step
+        entry = history_entry(state.global_step, float(state.epoch or 0.0), result, compare, seconds, is_baseline)
         try:
             # Group records first: a history line never points at records that are not on disk.
             self.monitor.record(state.global_step, result, to_jsonable(entry))

@@ -7,6 +7,9 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
+
+from .. import distributed
 
 
 def stderr_is_terminal() -> bool:
@@ -95,3 +98,20 @@ def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: flo
     total = n * seconds
     return (f"sago: at {step_s:.2f} s per training step ({steps_timed} steps timed), training takes about "
             f"{train_s:.0f} s; the {n} planned evaluations ({total:.0f} s) add {100 * total / train_s:.0f}% to it")
+
+
+def evaluation_progress(evaluator: Any, sets: Mapping[str, Any], step: int, *, disable_bar: bool,
+                        say: Callable[[str], None]) -> tuple[Callable[[int], None] | None, Any]:
+    """``(progress callable, bar to close)`` for one evaluation on the main process: a tqdm bar on a
+    terminal, one line per finished set (:class:`SetProgress`) in a log file, nothing on other ranks."""
+    if not distributed.is_main_process():
+        return None, None
+    if not stderr_is_terminal():  # a log file: a bar would draw nothing there
+        counts = {name: evaluator.count_sequences({name: vs}) for name, vs in sets.items()}
+        return SetProgress(counts, say, label=f"sago step {step}"), None
+    if disable_bar:
+        return None, None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=evaluator.count_sequences(sets), desc="SAGO eval", leave=False, dynamic_ncols=True)
+    return bar.update, bar

@@ -144,3 +144,8 @@ def guard_reporters(trainer: Any) -> list[str]:
             callbacks[i] = GuardedReporter(cb)
             guarded.append(type(cb).__name__)
     return guarded
+
+
+def is_oom(err: BaseException) -> bool:
+    """Whether an exception is an out-of-memory error (CUDA's own type, or a RuntimeError that says so)."""
+    return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
