@@ -28,14 +28,15 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -m "not slow" -n 2
 
-# The demo: a LoRA fine-tune of the shipped tiny model, monitored by SAGO, without and with the stability
-# loss, then a report comparing the two (runs/demo/report/report.md). W&B logs offline unless logged in.
+# The demo: a LoRA fine-tune of the shipped tiny model, monitored by SAGO, in six arms (task loss on one or
+# all phrasings, with no / the anchor / the relative stability loss), then paired tests against augmentation
+# and a report (runs/demo/headline.md, runs/demo/report/report.md). W&B logs offline unless logged in.
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/run_demo.py --out runs/demo
 
 # The real-model demo (recipes/demo-real.yaml): SmolLM2-135M-Instruct (sago://smollm2-135m-instruct, converted
 # once into the cache) is evaluated on the bundled real-model sets, then learns made-up capitals with LoRA in
-# three arms (canonical / augment / stability), monitored by SAGO on held-out phrasings; the demo script
+# four arms (canonical / augment / stability (anchor) / relative), monitored by SAGO on held-out phrasings; the demo script
 # compares the arms (runs/demo-real/report/report.md, runs/demo-real/headline.md). W&B logs offline.
 DEMO_REAL ?= runs/demo-real
 demo-real: $(STAMP)
