@@ -17,12 +17,18 @@ from typing import Any
 from .errors import SagoInputError, short_repr
 from .limits import MAX_LINE_BYTES, MAX_SET_FILE_BYTES, human_bytes, open_regular_file
 
-_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+# Names that become one path component (a set's file, a run's folder): no '/', no '..', at most 100 characters.
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def is_safe_name(name: Any) -> bool:
+    """Whether ``name`` is a single safe path component: letters, digits, '_', '-', '.', no '..'."""
+    return isinstance(name, str) and bool(_SAFE_NAME.match(name)) and ".." not in name
 
 
 def validate_set_name(name: str, **where: Any) -> str:
     """Check that ``name`` is safe as a file name component and return it."""
-    if not isinstance(name, str) or not _SET_NAME.match(name) or ".." in name:
+    if not is_safe_name(name):
         raise SagoInputError(
             f"invalid set name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
             "letter or digit",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from ..errors import SagoInputError, did_you_mean, short_repr
 from ..errors import type_name as _type_name
 from ..integrations.options import EarlyStoppingOptions, MonitorOptions
+from ..io import is_safe_name
 from ..model.loading import DTYPES
 
 
@@ -97,13 +97,10 @@ SECTIONS = ("sago_train_version", "name", "description", "trainer", "model", "da
 TRAINERS = ("trainer", "sft")
 
 
-# Run names become directory names (runs/<name>): one path component, so a run cannot write outside runs/.
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
-
-
 def validate_run_name(name: Any, **where: Any) -> str:
     """Check that ``name`` is a single safe path component (no '/', no '..') and return it."""
-    if not isinstance(name, str) or not _RUN_NAME.match(name) or ".." in name:
+    # Run names become directory names (runs/<name>): one path component, so a run cannot write outside runs/.
+    if not is_safe_name(name):
         raise SagoInputError(
             f"invalid run name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
             "letter or digit (at most 100)",
