@@ -102,11 +102,19 @@ def findings(result: EvalResult) -> list[str]:
                 f"{fmt_num(acc['worst_variant_accuracy'])}, spread across kinds {fmt_num(acc['spread'])}"
             )
     undefined: dict[str, dict[str, list[bool]]] = {}
+    inconclusive: dict[str, list[Any]] = {}
     for rel in result.axis_relations(ALPHA):
         for axis in rel.axes:
             undefined.setdefault(rel.set, {}).setdefault(axis, []).append(rel.verdict == "undefined")
-        if rel.verdict != "undefined":
+        if rel.verdict == "inconclusive":
+            # Said once per set: a sentence per pair buries the verdicts that say something.
+            inconclusive.setdefault(rel.set, []).append(rel)
+        elif rel.verdict != "undefined":
             notes.append(rel.sentence())
+    for set_name, rels in inconclusive.items():
+        pairs = ", ".join(f"{a}/{b} (rho={fmt_num(r.rho)})" for r in rels for a, b in [r.axes])
+        notes.append(f"{set_name}: {len(rels)} axis pair(s) inconclusive, neither distinct nor related "
+                     f"(n={rels[0].n} groups; each pair's CI and p: summary.json, axis_relations): {pairs}")
     for set_name, per_axis in undefined.items():
         # An axis whose every relation is undefined is constant on the set (or the set has < 3 groups).
         constant = [a for a, flags in per_axis.items() if all(flags)]

@@ -258,3 +258,35 @@ def test_eval_display_words_each_finding_by_its_test():
     assert rels[("activation", "generation")].verdict == "related"
     assert rels[("activation", "generation")].sentence() in out
     assert "different failure modes" not in out and "weakly related (Spearman" not in out
+
+
+def test_eval_display_says_inconclusive_relations_once_per_set():
+    """Inconclusive axis pairs are one line per set (the per-pair CIs stay in summary.json), so the verdicts that
+    say something are not buried; decided relations keep their own sentence."""
+    import io
+
+    from rich.console import Console
+
+    from sago_train.analysis.display import print_result
+    from sago_train.results.records import EvalResult, GroupResult, SetResult
+
+    rng = np.random.default_rng(3)
+    groups = []
+    for i in range(6):  # too few groups for any verdict but 'inconclusive'
+        a, g, c = rng.random(), rng.random(), rng.random()
+        groups.append(GroupResult(f"g{i}", ["x", "y"], None, None, None, None,
+                                  {"activation": a, "generation": g, "confidence": c},
+                                  {"activation": [a, a], "generation": [g, g], "confidence": [c, c]}))
+    s = SetResult("s", ["activation", "generation", "confidence"], groups, None, {}, n_bootstrap=200)
+    result = EvalResult({"s": s}, "m", {})
+    rels = [r for r in result.axis_relations() if r.verdict == "inconclusive"]
+    assert len(rels) == 3
+    buf = io.StringIO()
+    print_result(result, Console(file=buf, width=400))
+    out = buf.getvalue()
+    assert "neither distinct nor related (rho=" not in out  # no per-pair sentence
+    line = [x for x in out.splitlines() if "axis pair(s) inconclusive" in x]
+    assert len(line) == 1
+    assert line[0].strip().startswith("- s: 3 axis pair(s) inconclusive, neither distinct nor related (n=6 groups")
+    for r in rels:
+        assert f"{r.axes[0]}/{r.axes[1]} (rho=" in line[0]
