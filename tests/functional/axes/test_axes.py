@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import unicodedata
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -38,32 +36,16 @@ from sago_train.functional.axes import (
 from sago_train.functional.similarity import SIMILARITIES, get_similarity
 from sago_train.functional.text import exact_match, normalize, token_f1, words
 
+from ..._helpers.evaluator_ref import ref_f1, ref_normalize
+
 FAST = settings(max_examples=60, deadline=None)
 
 
 # --------------------------------------------------------------------------- reference implementations (SPEC)
 
 
-def ref_normalize(text: str) -> str:
-    out = "".join(c for c in text.lower() if not unicodedata.category(c).startswith("P"))
-    return " ".join(out.split())
-
-
 def ref_words(text: str) -> list[str]:
     return ref_normalize(text).split()
-
-
-def ref_f1(a: str, b: str) -> float:
-    wa, wb = ref_words(a), ref_words(b)
-    if not wa and not wb:
-        return 1.0
-    if not wa or not wb:
-        return 0.0
-    same = sum((Counter(wa) & Counter(wb)).values())
-    if same == 0:
-        return 0.0
-    p, r = same / len(wa), same / len(wb)
-    return 2 * p * r / (p + r)
 
 
 def pairs(k: int):
