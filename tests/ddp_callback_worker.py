@@ -39,9 +39,12 @@ def main() -> None:
     import torch
 
     if torch.distributed.is_initialized():
-        # An orderly shutdown: gloo's threads aborting at interpreter exit make the exit code flaky.
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+        torch.distributed.barrier()  # both ranks have written their result; no collective is left
+        # gloo's shutdown (destroy_process_group or its threads at interpreter exit) can hang or abort one rank
+        # now and then on a loaded machine; the work is done and on disk, so leave without the teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
