@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
-from .stats import _JsonMixin, _quiet
+from .stats import ALPHA, _JsonMixin, _quiet
 
 __all__ = [
     "ALPHA",
@@ -43,7 +43,6 @@ __all__ = [
     "split_halves",
 ]
 
-ALPHA = 0.05
 DISTINCT_BOUND = 0.5  # "distinct" only when every |rho| in the CI is below this
 MIN_K_SPLIT = 4  # two halves of >= 2 variants each: a pairwise axis needs two variants
 # Pairs defined from one another: their correlation is a construction, not a finding.

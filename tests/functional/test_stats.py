@@ -494,3 +494,65 @@ def test_to_dict_and_to_jsonable_are_plain_json():
     )
     assert converted == {"1": 0.5, "b": 3, "c": [True, [None, 1.0]], "d": None}
     assert type(converted["b"]) is int
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The verdict rule (issue 13: one rule for "more/less stable" everywhere)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_min_groups_is_where_an_exact_one_sided_wilcoxon_can_reach_alpha():
+    for alpha in (0.05, 0.01, 0.2):
+        n = stats.min_groups(alpha)
+        # n pairs all on one side: scipy's exact p is 2**-n; one pair fewer cannot get below alpha.
+        assert sps.wilcoxon(np.arange(1.0, n + 1), alternative="greater").pvalue < alpha
+        assert sps.wilcoxon(np.arange(1.0, n), alternative="greater").pvalue >= alpha
+
+
+def test_verdict_needs_the_wilcoxon_and_the_ci_to_agree():
+    from .._helpers import verdict_case as case
+
+    v = stats.paired_verdict(case.before(), case.after(), seed=0)
+    d = case.DIFF
+    # The numbers against scipy and a brute-force bootstrap: Wilcoxon says "worse", the CI spans 0.
+    assert v.p_worse == pytest.approx(sps.wilcoxon(d, alternative="greater").pvalue, rel=1e-12)
+    assert v.p_worse == pytest.approx(0.01708984375) and v.p_worse < 0.05
+    assert v.p_better == pytest.approx(sps.wilcoxon(d, alternative="less").pvalue, rel=1e-12)
+    mean, lo, hi = reference_bootstrap(d, n_resamples=2000, confidence=0.95, seed=0)
+    assert (v.mean_diff, v.ci_low, v.ci_high) == pytest.approx((mean, lo, hi), abs=1e-12)
+    assert lo < 0 < hi
+    assert v.verdict == stats.NO_DIFFERENCE and not v.significant and v.words() == "no significant difference"
+    # Shift every difference up: both tests agree, so it is "worse" (= less stable on an instability) ...
+    v = stats.paired_verdict(case.before(), case.before() + 0.05 + 0.01 * np.arange(case.N), seed=0)
+    assert v.verdict == stats.WORSE and v.words() == "less stable" and v.ci_low > 0
+    # ... and the same numbers on a higher-is-better quantity are "better".
+    v2 = stats.paired_verdict(case.before(), case.before() + 0.05 + 0.01 * np.arange(case.N), seed=0,
+                              higher_is_better=True)
+    assert v2.verdict == stats.BETTER and v2.p_better == pytest.approx(v.p_worse)
+
+
+def test_verdict_min_delta_and_too_few_groups():
+    before = np.linspace(0.1, 0.5, 20)
+    assert stats.paired_verdict(before, before + 0.01).verdict == stats.WORSE
+    assert stats.paired_verdict(before, before + 0.01, min_delta=0.02).verdict == stats.NO_DIFFERENCE
+    assert stats.paired_verdict(before, before - 0.03, min_delta=0.02).verdict == stats.BETTER
+    # Four groups all worse by a lot: p = 1/16 can never be < 0.05, so it says so (never "no difference").
+    v = stats.paired_verdict(before[:4], before[:4] + 0.3)
+    assert v.verdict == stats.NOT_ENOUGH and v.n == 4 and "needs >= 5" in v.words()
+    assert stats.paired_verdict(before[:5], before[:5] + 0.3).verdict == stats.WORSE
+    assert stats.paired_verdict([], []).verdict == stats.NOT_ENOUGH
+    same = stats.paired_verdict(before, before)
+    assert same.verdict == stats.NO_DIFFERENCE and same.p_worse == same.p_better == 1.0
+    with pytest.raises(ValueError, match="alpha"):
+        stats.paired_verdict(before, before, alpha=1.0)
+    with pytest.raises(ValueError, match="min_delta"):
+        stats.paired_verdict(before, before, min_delta=-0.1)
+
+
+def test_decide_on_recorded_numbers_treats_missing_as_not_significant():
+    # A history line written before the rule had no p_better: never "better", and NaN never significant.
+    assert stats.decide(-0.1, -0.2, -0.05, 0.99, NAN, 20) == stats.NO_DIFFERENCE
+    assert stats.decide(0.1, 0.05, 0.2, 0.01, NAN, 20) == stats.WORSE
+    assert stats.decide(0.1, NAN, NAN, 0.01, 0.99, 20) == stats.NO_DIFFERENCE
+    # The CI is the 1 - alpha interval: at alpha = 0.05 a p of 0.03 counts only with the CI on the same side.
+    assert stats.decide(0.1, -0.01, 0.2, 0.03, 0.97, 20) == stats.NO_DIFFERENCE
