@@ -12,9 +12,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError, did_you_mean, short_repr, unknown_name_error
+from ..functional import stats
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import Evaluation
-from .monitor import is_improvement, paired_regression
+from .monitor import is_improvement, is_untrained, paired_verdict
 from .options import EarlyStoppingOptions
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,14 @@ def parse_metric(metric: str) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
+def parse_metric_or_none(metric: str) -> tuple[str, str] | None:
+    """:func:`parse_metric`, or None for a metric that is not a SAGO one (e.g. ``eval_loss``)."""
+    try:
+        return parse_metric(metric)
+    except SagoInputError:
+        return None
+
+
 def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str], *,
                  not_in: str = "monitored") -> None:
     """Early stopping must watch a monitored set and a computed axis: the one check, run by a recipe, before
@@ -51,10 +60,20 @@ def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], ax
 class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     """Stop when ``metric`` is worse than the best evaluation so far for ``patience`` evaluations in a row.
 
-    In ``paired`` mode (default) an evaluation counts as worse when a one-sided Wilcoxon signed-rank test on
-    the per-group values (current vs the best evaluation, paired by group id) gives ``p < alpha`` *and* the
-    mean increased by at least ``min_delta``: noise does not stop training. ``threshold`` mode only compares
-    means (``current > best + min_delta``), like transformers' ``EarlyStoppingCallback``. It works with a
+    In ``paired`` mode (default) an evaluation counts as worse only by the one verdict rule that report, compare
+    and the callback's ``_vs_best`` use (:func:`sago_train.functional.stats.decide`): on the per-group values
+    (current vs the best evaluation, paired by group id) the one-sided Wilcoxon signed-rank test gives
+    ``p < alpha`` *and* the ``1 - alpha`` paired-bootstrap CI of the mean change excludes 0 on the worse side
+    *and* the change is at least ``min_delta``: noise does not stop training. Too few shared groups for the test
+    is recorded as ``"not enough groups"`` (and warned once), never as "not worse". ``threshold`` mode only
+    compares means (``current > best + min_delta``), like transformers' ``EarlyStoppingCallback``.
+
+    "Best" is the best mean, as the Trainer's ``metric_for_best_model`` picks it. With ``exclude_baseline``
+    (default) the step-0 evaluation (the baseline, before any training step) is never the best: the Trainer keeps
+    no checkpoint of it, so a "best" there could not be gone back to and would disagree with the Trainer's best
+    checkpoint. With ``load_best_model_at_end=True`` and ``metric_for_best_model`` naming this ``metric``, the
+    best *is* the Trainer's (``state.best_global_step``, confirmed when the Trainer saves), so an evaluation the
+    Trainer did not checkpoint (e.g. a SAGO-only final evaluation) never becomes it. It works with a
     :class:`SAGOCallback` in the same Trainer, and its state survives checkpoint and resume.
 
     Example:
@@ -70,6 +89,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         alpha: float = EarlyStoppingOptions.alpha,
         min_delta: float = EarlyStoppingOptions.min_delta,
         mode: str = EarlyStoppingOptions.mode,
+        exclude_baseline: bool = EarlyStoppingOptions.exclude_baseline,
     ) -> None:
         self.metric = metric
         self.set_name, self.axis = parse_metric(metric)
@@ -81,20 +101,27 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             raise SagoInputError(f"expected a finite number >= 0, got {min_delta!r}", key="min_delta")
         if mode not in MODES:
             raise unknown_name_error("early-stopping mode", mode, MODES, key="mode")
+        if not isinstance(exclude_baseline, bool):
+            raise SagoInputError(f"expected true or false, got {exclude_baseline!r}", key="exclude_baseline")
         self.patience = patience
         self.alpha = float(alpha)
         self.min_delta = float(min_delta)
         self.mode = mode
+        self.exclude_baseline = exclude_baseline
         # State (JSON-serializable so that it is saved with checkpoints).
         self.best_step: int | None = None
         self.best_mean: float | None = None
         self.best_ids: list[str] = []
         self.best_values: list[float] = []
+        # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until the
+        # Trainer confirms it as its best (or a later evaluation replaces it).
+        self.candidate: dict[str, Any] | None = None
         self.counter = 0
         self.stopped_step: int | None = None
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
         self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
+        self._warned_few = False
 
     def state(self) -> dict[str, Any]:
         return {
@@ -104,12 +131,14 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                 "alpha": self.alpha,
                 "min_delta": self.min_delta,
                 "mode": self.mode,
+                "exclude_baseline": self.exclude_baseline,
             },
             "attributes": {
                 "best_step": self.best_step,
                 "best_mean": self.best_mean,
                 "best_ids": self.best_ids,
                 "best_values": self.best_values,
+                "candidate": self.candidate,
                 "counter": self.counter,
                 "stopped_step": self.stopped_step,
                 "reason": self.reason,
@@ -119,7 +148,8 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         """On resume, restore the state saved in the checkpoint even when the Trainer's
-        ``restore_callback_states_from_checkpoint`` is off (its default)."""
+        ``restore_callback_states_from_checkpoint`` is off (its default). A state saved by an earlier version
+        (without ``candidate``) restores too: the missing attributes keep their defaults."""
         if state.global_step == 0 or not isinstance(state.stateful_callbacks, dict):
             return
         saved = state.stateful_callbacks.get(type(self).__name__)
@@ -133,6 +163,31 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     def connect(self, source: Any) -> None:
         """Called by the :class:`SAGOCallback` that will feed this one its evaluations."""
         self._source = source
+
+    def follows_trainer(self, args: TrainingArguments) -> bool:
+        """Whether "best" is the Trainer's best checkpoint: ``load_best_model_at_end`` with
+        ``metric_for_best_model`` naming this metric (with or without the ``eval_`` prefix)."""
+        name = getattr(args, "metric_for_best_model", None) or ""
+        return bool(getattr(args, "load_best_model_at_end", False)) and parse_metric_or_none(name) == (
+            self.set_name, self.axis)
+
+    def _sync_with_trainer(self, state: TrainerState) -> None:
+        """Adopt the candidate once the Trainer has made its step the best (``best_global_step``)."""
+        cand = self.candidate
+        step = getattr(state, "best_global_step", None)
+        if cand is not None and step is not None and int(cand["step"]) == int(step):
+            self.best_step, self.best_mean = int(cand["step"]), float(cand["mean"])
+            self.best_ids, self.best_values = list(cand["ids"]), [float(v) for v in cand["values"]]
+            self.candidate = None
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        # The Trainer decides its best just before it saves: this is the first moment to agree with it.
+        if self.follows_trainer(args):
+            self._sync_with_trainer(state)
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        if self.follows_trainer(args):
+            self._sync_with_trainer(state)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         if self._source is None:
@@ -153,12 +208,23 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         mean = float(np.nanmean(current)) if np.isfinite(current).any() else math.nan
         if not math.isfinite(mean):
             return
+        follow = self.follows_trainer(args)
+        if follow:
+            self._sync_with_trainer(state)
         decision: dict[str, Any] = {"step": state.global_step, "mean": mean}
-        if is_improvement(self.axis, mean, self.best_mean):
-            self.best_step, self.best_mean = state.global_step, mean
-            self.best_ids, self.best_values = list(ids), [float(x) for x in current]
+        if self.exclude_baseline and is_untrained(state.global_step):
+            decision["verdict"] = "baseline (never the best: no checkpoint)"
+        elif is_improvement(self.axis, mean, self.best_mean):
+            snapshot = {"step": state.global_step, "mean": mean, "ids": list(ids),
+                        "values": [float(x) for x in current]}
+            if follow:
+                self.candidate = snapshot
+                decision["verdict"] = "improved (the best once the Trainer checkpoints it)"
+            else:
+                self.best_step, self.best_mean = state.global_step, mean
+                self.best_ids, self.best_values = snapshot["ids"], snapshot["values"]
+                decision["verdict"] = "best"
             self.counter = 0
-            decision["verdict"] = "best"
         else:
             worse, detail = self._is_worse(ids, current, mean)
             decision.update(detail)
@@ -167,7 +233,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                 decision["verdict"] = f"worse ({self.counter}/{self.patience})"
             else:
                 self.counter = 0
-                decision["verdict"] = "not significantly worse"
+                decision["verdict"] = detail.get("rule") or "not significantly worse"
         self.decisions.append(decision)
         if self.counter >= self.patience:
             self.stopped_step = state.global_step
@@ -187,8 +253,16 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         delta = sign * (mean - self.best_mean)
         if self.mode == "threshold":
             return delta > self.min_delta, {"delta": delta}
-        res = paired_regression(self.axis, dict(zip(self.best_ids, self.best_values)), dict(zip(ids, current)))
+        res = paired_verdict(self.axis, dict(zip(self.best_ids, self.best_values)), dict(zip(ids, current)),
+                             alpha=self.alpha, min_delta=self.min_delta)
         if res is None:
-            return False, {"delta": delta}
-        worse = res.p_value is not None and res.p_value < self.alpha and sign * res.mean_diff >= self.min_delta
-        return bool(worse), {"delta": float(sign * res.mean_diff), "p_value": float(res.p_value)}
+            return False, {"delta": delta, "rule": stats.NOT_ENOUGH}
+        detail = {"delta": float(sign * res.mean_diff), "p_value": float(res.p_worse), "ci_low": res.ci_low,
+                  "ci_high": res.ci_high, "n": res.n}
+        if res.verdict == stats.NOT_ENOUGH:
+            detail["rule"] = res.words()
+            if not self._warned_few:
+                self._warned_few = True
+                logger.warning("sago early stopping: %s shares %s with the best evaluation, so it can never be "
+                               "called worse; evaluate more groups (max_groups)", self.metric, res.words())
+        return res.verdict == stats.WORSE, stats.to_jsonable(detail)

@@ -1,6 +1,7 @@
 """What survives between evaluations during training: the run's history (through the results store), the
-baseline, the best evaluation so far per (set, axis), and the one paired test of "is this evaluation worse?"
-that the callback logs and early stopping decides on.
+baseline, the best evaluation so far per (set, axis), and the paired comparison (groups paired by id, judged by
+the one verdict rule :func:`sago_train.functional.stats.decide`) that the callback logs and early stopping
+decides on.
 
 Kept apart from the callback so that resume logic (what is on disk, what to drop, what to reload) is plain
 code that can be tested without a Trainer.
@@ -30,19 +31,35 @@ def is_improvement(axis: str, mean: float, best_mean: float | None) -> bool:
     return mean > best_mean if higher_is_better(axis) else mean < best_mean
 
 
-def paired_regression(axis: str, best: Mapping[str, float], current: Mapping[str, float], *,
-                      seed: int = 0) -> stats.PairedResult | None:
-    """The one-sided paired test (groups paired by id) that ``current`` is worse than ``best`` on ``axis``.
+def is_untrained(step: int | None) -> bool:
+    """An evaluation at step 0 measures the model before any training step (the callback's baseline, or the
+    Trainer's ``eval_on_start``): there is no checkpoint of it to go back to, so it is never the "best"."""
+    return step == 0
 
-    ``mean_diff`` = mean of (current - best) in the axis' own units; the alternative is "greater" for an
-    instability (lower is better) and "less" for a higher-is-better quantity. None when no group is shared."""
-    common = [i for i in current if i in best]
+
+def paired_verdict(axis: str, reference: Mapping[str, float], current: Mapping[str, float], *,
+                   alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
+    """``current`` against ``reference`` on ``axis`` (groups paired by id), judged by the one verdict rule
+    (:func:`~sago_train.functional.stats.paired_verdict`, direction from the axis registry).
+
+    ``mean_diff`` = mean of (current - reference) in the axis' own units; ``p_worse`` is the one-sided Wilcoxon
+    test that ``current`` is worse ("greater" for an instability, "less" for a higher-is-better quantity).
+    None when no group is shared."""
+    common = [i for i in current if i in reference]
     if not common:
         return None
-    before = np.array([best[i] for i in common], float)
+    before = np.array([reference[i] for i in common], float)
     after = np.array([current[i] for i in common], float)
-    alternative = "less" if higher_is_better(axis) else "greater"
-    return stats.paired_comparison(before, after, alternative=alternative, seed=seed)
+    return stats.paired_verdict(before, after, higher_is_better=higher_is_better(axis), alpha=alpha,
+                                min_delta=min_delta, seed=seed)
+
+
+def change_entry(verdict: stats.Verdict, step: int | None) -> dict[str, Any]:
+    """The ``_vs_baseline`` / ``_vs_best`` entry of ``history.jsonl``: ``p_value`` is the one-sided test of a
+    regression (``p_worse``; the key predates the rule), ``verdict`` the rule's word."""
+    return {"mean_diff": verdict.mean_diff, "ci_low": verdict.ci_low, "ci_high": verdict.ci_high,
+            "p_value": verdict.p_worse, "p_better": verdict.p_better, "n": verdict.n, "verdict": verdict.verdict,
+            "step": step}
 
 
 @dataclass
@@ -83,8 +100,9 @@ class MonitorState:
 
     # ------------------------------------------------------------------ updates
     def compare(self, ev: Evaluation, alpha_seed: int = 0) -> dict[str, dict[str, dict[str, Any]]]:
-        """Paired change of ``ev`` against the baseline and the best evaluation so far, per set and axis.
-        ``mean_diff > 0`` means *less* stable; the p-value is the one-sided test of a regression."""
+        """Paired change of ``ev`` against the baseline and the best evaluation so far, per set and axis (see
+        :func:`change_entry`); for an instability ``mean_diff > 0`` means *less* stable. ``alpha_seed`` seeds the
+        bootstrap."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for name in ev.sets:
             for axis in ev.summaries[name]:
@@ -95,17 +113,20 @@ class MonitorState:
                 for label, ref in (("vs_baseline", self.baseline), ("vs_best", self.best.get((name, axis)))):
                     if ref is None or ref.step == ev.step:
                         continue
-                    res = paired_regression(axis, ref.group_values(name, axis) or {}, current, seed=alpha_seed)
+                    res = paired_verdict(axis, ref.group_values(name, axis) or {}, current, seed=alpha_seed)
                     if res is not None:
-                        entry[label] = {**res.to_dict(), "step": ref.step}
+                        entry[label] = stats.to_jsonable(change_entry(res, ref.step))
                 if entry:
                     out.setdefault(name, {})[axis] = entry
         return out
 
     def observe(self, ev: Evaluation) -> None:
-        """Update the baseline (the first evaluation) and the per-(set, axis) best."""
+        """Update the baseline (the first evaluation) and the per-(set, axis) best (by mean, as the Trainer picks
+        its best checkpoint; never the untrained step 0, see :func:`is_untrained`)."""
         if self.baseline is None:
             self.baseline = ev
+        if is_untrained(ev.step):
+            return
         for name in ev.sets:
             for axis in ev.summaries[name]:
                 mean = ev.mean(name, axis)

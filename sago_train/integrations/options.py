@@ -37,3 +37,7 @@ class EarlyStoppingOptions:
     min_delta: float = field(default=0.0, metadata={"help": "Smallest change in the worse direction that counts."})
     mode: str = field(default="paired", metadata={"help": "paired (a one-sided paired test against the best "
                                                           "evaluation) or threshold (means only)."})
+    exclude_baseline: bool = field(default=True, metadata={"help": "Never take the step-0 evaluation (the baseline, "
+                                   "before training) as the best: it has no checkpoint to go back to. With "
+                                   "load_best_model_at_end and metric_for_best_model naming the watched metric, the "
+                                   "best is always the Trainer's best checkpoint."})

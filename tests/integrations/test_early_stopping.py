@@ -6,7 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from transformers import TrainerControl, TrainerState, TrainingArguments
+import torch
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback, SagoInputError
 from sago_train.results.evaluation import Evaluation
@@ -19,11 +20,12 @@ def snap(step: int, values, set_name="s", axis="activation") -> Evaluation:
     return Evaluation.from_records(step, {set_name: [{"id": f"g{i}", "axes": {axis: v}} for i, v in enumerate(values)]})
 
 
-def feed(cb, snapshots):
+def feed(cb, snapshots, args=None, best_global_step=None):
     control = TrainerControl()
-    args = TrainingArguments(output_dir="/tmp/unused", report_to=[])
+    args = args or TrainingArguments(output_dir="/tmp/unused", report_to=[])
     for sn in snapshots:
         state = TrainerState(global_step=sn.step)
+        state.best_global_step = best_global_step
         cb.on_sago_evaluate(args, state, control, result=None, evaluation=sn)
         if control.should_training_stop:
             return sn.step
@@ -34,16 +36,16 @@ def test_stops_after_patience_significant_regressions():
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.4, 40)
     cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=2, alpha=0.05)
-    stopped = feed(cb, [snap(0, base), snap(1, base + 0.05), snap(2, base + 0.08), snap(3, base + 0.1)])
-    assert stopped == 2
+    stopped = feed(cb, [snap(1, base), snap(2, base + 0.05), snap(3, base + 0.08), snap(4, base + 0.1)])
+    assert stopped == 3
     assert [d["verdict"] for d in cb.decisions] == ["best", "worse (1/2)", "worse (2/2)"]
-    assert "sago/s/activation" in cb.reason and "step 0" in cb.reason
+    assert "sago/s/activation" in cb.reason and "step 1" in cb.reason
 
 
 def test_noise_does_not_stop_paired_but_does_stop_threshold():
     rng = np.random.default_rng(1)
     base = rng.uniform(0.2, 0.4, 40)
-    noisy = [snap(0, base)] + [snap(i, base + rng.normal(0, 0.02, 40)) for i in range(1, 12)]
+    noisy = [snap(1, base)] + [snap(i, base + rng.normal(0, 0.02, 40)) for i in range(2, 13)]
     paired = SAGOEarlyStoppingCallback("sago/s/activation", patience=2, alpha=0.01)
     assert feed(paired, noisy) is None
     threshold = SAGOEarlyStoppingCallback("sago/s/activation", patience=2, mode="threshold")
@@ -53,15 +55,15 @@ def test_noise_does_not_stop_paired_but_does_stop_threshold():
 def test_min_delta_guards_tiny_but_significant_changes():
     base = np.linspace(0.1, 0.5, 50)
     cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=1, min_delta=0.05)
-    assert feed(cb, [snap(0, base), snap(1, base + 0.01)]) is None
-    assert feed(cb, [snap(2, base + 0.2)]) == 2
+    assert feed(cb, [snap(1, base), snap(2, base + 0.01)]) is None
+    assert feed(cb, [snap(3, base + 0.2)]) == 3
 
 
 def test_improvement_resets_counter():
     base = np.linspace(0.2, 0.4, 30)
     cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=2)
-    assert feed(cb, [snap(0, base), snap(1, base + 0.1), snap(2, base - 0.05), snap(3, base + 0.1 - 0.05)]) is None
-    assert cb.counter == 1 and cb.best_step == 2
+    assert feed(cb, [snap(1, base), snap(2, base + 0.1), snap(3, base - 0.05), snap(4, base + 0.1 - 0.05)]) is None
+    assert cb.counter == 1 and cb.best_step == 3
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -70,6 +72,7 @@ def test_improvement_resets_counter():
     ({"metric": "sago/s/activation", "alpha": 1.5}, r"\(0, 1\)"),
     ({"metric": "sago/s/activation", "min_delta": float("nan")}, "finite"),
     ({"metric": "sago/s/activation", "mode": "pared"}, "Did you mean 'paired'"),
+    ({"metric": "sago/s/activation", "exclude_baseline": "yes"}, "true or false"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(SagoInputError, match=match):
@@ -88,14 +91,14 @@ def test_unknown_set_or_axis_is_clear():
 def test_state_round_trips_through_json_like_transformers_restores_it():
     base = np.linspace(0.2, 0.4, 30)
     cb = SAGOEarlyStoppingCallback("eval_sago/s/activation", patience=3, alpha=0.1, min_delta=0.01)
-    feed(cb, [snap(0, base), snap(1, base + 0.1)])
+    feed(cb, [snap(1, base), snap(2, base + 0.1)])
     state = json.loads(json.dumps(cb.state()))
     restored = type(cb)(**state["args"])  # what Trainer._load_callback_state does
     for k, v in state["attributes"].items():
         setattr(restored, k, v)
     assert restored.counter == cb.counter == 1
     assert restored.best_values == cb.best_values and restored.metric == cb.metric
-    assert feed(restored, [snap(2, base + 0.1), snap(3, base + 0.1)]) == 3
+    assert feed(restored, [snap(3, base + 0.1), snap(4, base + 0.1)]) == 4
 
 
 @pytest.mark.slow
@@ -129,3 +132,124 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
     tr2.add_callback(hook)
     tr2.train(resume_from_checkpoint=str(out / "checkpoint-4"))
     assert seen == {"counter": counter_at_4, "best_step": cb_state["attributes"]["best_step"]}
+
+
+def test_the_baseline_is_never_the_best_by_default():
+    """Issue 13: the stopper's best was the step-0 baseline while the Trainer's best checkpoint was step 10."""
+    base = np.linspace(0.2, 0.4, 30)
+    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=1)
+    assert feed(cb, [snap(0, base), snap(10, base + 0.05)]) is None  # worse than the baseline, but no stop
+    assert cb.best_step == 10 and cb.decisions[0]["verdict"].startswith("baseline")
+    old = SAGOEarlyStoppingCallback("sago/s/activation", patience=1, exclude_baseline=False)
+    assert feed(old, [snap(0, base), snap(10, base + 0.05)]) == 10 and old.best_step == 0
+
+
+def test_wilcoxon_alone_does_not_make_worse():
+    """The constructed disagreement (Wilcoxon p = 0.017, CI spanning 0) is not a regression, as in report and
+    compare; the decision records scipy's p and the interval."""
+    from scipy import stats as sps
+
+    from .._helpers import verdict_case as case
+
+    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=1, alpha=0.05)
+    assert feed(cb, [snap(1, case.before()), snap(2, case.after())]) is None
+    d = cb.decisions[-1]
+    assert d["verdict"] == "not significantly worse" and cb.counter == 0
+    assert d["p_value"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
+    assert d["p_value"] < 0.05 and d["ci_low"] < 0 < d["ci_high"]
+    # The same change moved up so that the CI clears 0 does stop.
+    assert feed(cb, [snap(3, case.before() + 0.1)]) == 3
+
+
+def test_too_few_groups_is_said_not_taken_for_no_change(caplog):
+    base = np.linspace(0.2, 0.4, 4)
+    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=1)
+    with caplog.at_level("WARNING", logger="sago_train"):
+        assert feed(cb, [snap(1, base), snap(2, base + 0.3), snap(3, base + 0.3)]) is None
+    assert cb.decisions[-1]["verdict"].startswith("not enough groups (4; ")
+    assert caplog.text.count("can never be called worse") == 1
+
+
+def test_follows_the_trainers_best_with_load_best_model_at_end():
+    """With the Trainer picking its best checkpoint on this metric, an improvement becomes the best only once
+    the Trainer has made it its best (best_global_step); a SAGO-only evaluation never does."""
+    args = TrainingArguments(output_dir="/tmp/unused", report_to=[], load_best_model_at_end=True,
+                             metric_for_best_model="sago/s/activation", greater_is_better=False,
+                             eval_strategy="steps", save_strategy="steps")
+    base = np.linspace(0.2, 0.4, 30)
+    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=5)
+    assert cb.follows_trainer(args)
+    feed(cb, [snap(0, base - 0.1), snap(2, base)], args=args, best_global_step=None)
+    assert cb.best_step is None and cb.candidate["step"] == 2
+    feed(cb, [snap(3, base - 0.05)], args=args, best_global_step=2)  # the Trainer saved 2; 3 is SAGO-only
+    assert cb.best_step == 2 and cb.candidate["step"] == 3
+    feed(cb, [snap(4, base + 0.05)], args=args, best_global_step=2)  # the Trainer never made 3 its best
+    assert cb.best_step == 2 and cb.decisions[-1]["verdict"] == "worse (1/5)"
+    other = TrainingArguments(output_dir="/tmp/unused", report_to=[], load_best_model_at_end=True,
+                              metric_for_best_model="eval_loss", eval_strategy="steps", save_strategy="steps")
+    assert not cb.follows_trainer(other)
+
+
+def test_state_saved_before_exclude_baseline_and_candidate_restores():
+    """A checkpoint written by the previous version (no exclude_baseline arg, no candidate attribute)."""
+    saved = {"args": {"metric": "sago/s/activation", "patience": 3, "alpha": 0.05, "min_delta": 0.0,
+                      "mode": "paired"},
+             "attributes": {"best_step": 4, "best_mean": 0.3, "best_ids": ["g0", "g1"], "best_values": [0.2, 0.4],
+                            "counter": 1, "stopped_step": None, "reason": None, "decisions": []}}
+    restored = SAGOEarlyStoppingCallback(**saved["args"])  # what Trainer._load_callback_state does
+    for k, v in saved["attributes"].items():
+        setattr(restored, k, v)
+    assert restored.exclude_baseline is True and restored.candidate is None and restored.best_step == 4
+    assert json.loads(json.dumps(restored.state()))["attributes"]["candidate"] is None
+
+
+class _Schedule(TrainerCallback):
+    """Like the Drift helper, but the shared vector's weight follows ``weights[step]`` for the evaluations at
+    ``step`` (set when the step begins): a larger weight = variants more alike = lower activation instability."""
+
+    def __init__(self, model, weights):
+        self.weights, self.weight = weights, weights[0]
+        torch.manual_seed(123)
+        self.common = 20.0 * torch.randn(32)
+        model.model.layers[0].register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output):
+        h = output[0] if isinstance(output, tuple) else output
+        h = h + self.weight * self.common
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    def on_step_begin(self, args, state, control, **kw):
+        self.weight = self.weights[state.global_step + 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["baseline", "sago_only"])
+def test_best_step_is_the_trainers_best_checkpoint(tmp_path, case):
+    """A real Trainer with load_best_model_at_end on the watched metric (it evaluates and saves at 2, 4, 6 and
+    the last step, 7). "baseline": instability rises, so the step-0 baseline has the lowest mean (the issue's
+    case). "sago_only": SAGO also evaluates at every step in between, and step 3, which the Trainer neither
+    evaluates nor checkpoints, has the lowest mean. Either way the stopper's best is the Trainer's checkpoint."""
+    from sago_train import SAGOCallback
+
+    from .._helpers.trainer import Drift, make_trainer, variant_set
+
+    stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=50)
+    cb = SAGOCallback(variant_set(n=16), axes="activation", layers=[0], max_new_tokens=3, n_bootstrap=200,
+                      eval_steps=None if case == "baseline" else 1)
+    tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=7, learning_rate=0.0, eval_dataset=True,
+                      eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
+                      load_best_model_at_end=True, metric_for_best_model="sago/num/activation",
+                      greater_is_better=False)
+    if case == "baseline":
+        tr.add_callback(Drift(tr.model, 0.1))
+    else:
+        tr.add_callback(_Schedule(tr.model, [1.0, 0.95, 0.9, 2.0, 0.8, 0.75, 0.7, 0.65]))
+    tr.train()
+    means = {d["step"]: d["mean"] for d in stopper.decisions}
+    assert sorted(means) == ([0, 2, 4, 6, 7] if case == "baseline" else list(range(8)))
+    lowest = min(means, key=means.get)
+    assert lowest == (0 if case == "baseline" else 3)  # an evaluation without a checkpoint has the best mean
+    trainer_best = int(tr.state.best_model_checkpoint.rsplit("-", 1)[1])
+    assert trainer_best == 2
+    assert stopper.best_step == trainer_best
+    assert stopper.best_mean == pytest.approx(tr.state.best_metric)

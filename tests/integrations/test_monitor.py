@@ -1,5 +1,5 @@
-"""The one "best so far" and paired regression test (monitor), read by early stopping, with the direction of
-each axis taken from the registry."""
+"""The one "best so far" and the paired comparison by the one verdict rule (monitor), read by early stopping,
+with the direction of each axis taken from the registry."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from scipy import stats as sps
 
 from sago_train.functional.axes.registry import AXES, Axis, higher_is_better
-from sago_train.integrations.monitor import MonitorState, is_improvement, paired_regression
+from sago_train.functional import stats
+from sago_train.integrations.monitor import MonitorState, is_improvement, paired_verdict
 from sago_train.results.evaluation import Evaluation
 
 
@@ -21,17 +22,17 @@ def test_direction_comes_from_the_registry():
 
 
 @pytest.mark.parametrize("axis,alternative", [("activation", "greater"), ("accuracy", "less")])
-def test_paired_regression_is_the_one_sided_wilcoxon_in_the_worse_direction(axis, alternative):
+def test_paired_verdict_is_the_one_sided_wilcoxon_in_the_worse_direction(axis, alternative):
     rng = np.random.default_rng(0)
     best = rng.uniform(0.2, 0.6, 30)
     current = best + rng.normal(0.03 if alternative == "greater" else -0.03, 0.02, 30)
     ids = [f"g{i}" for i in range(30)]
-    res = paired_regression(axis, dict(zip(ids, best)), dict(zip(reversed(ids), current[::-1])))
+    res = paired_verdict(axis, dict(zip(ids, best)), dict(zip(reversed(ids), current[::-1])))
     assert res.n == 30
     assert res.mean_diff == pytest.approx(float(np.mean(current - best)), abs=1e-12)
-    assert res.p_value == pytest.approx(sps.wilcoxon(current - best, alternative=alternative).pvalue, rel=1e-12)
-    assert res.p_value < 0.01
-    assert paired_regression(axis, {"a": 1.0}, {"b": 1.0}) is None  # no shared group
+    assert res.p_worse == pytest.approx(sps.wilcoxon(current - best, alternative=alternative).pvalue, rel=1e-12)
+    assert res.p_worse < 0.01 and res.verdict == stats.WORSE
+    assert paired_verdict(axis, {"a": 1.0}, {"b": 1.0}) is None  # no shared group
 
 
 def test_best_follows_the_axis_direction(monkeypatch):
@@ -43,7 +44,7 @@ def test_best_follows_the_axis_direction(monkeypatch):
         return Evaluation.from_records(step, {"s": recs})
 
     monitor = MonitorState(root=None)  # type: ignore[arg-type] - observe/compare do no I/O
-    monitor.observe(ev(0, [0.3, 0.4], [0.5, 0.5]))
+    monitor.observe(ev(0, [0.1, 0.1], [0.95, 0.95]))  # the baseline is never the best: no checkpoint of it
     monitor.observe(ev(1, [0.2, 0.3], [0.4, 0.4]))  # more stable, less agreement
     monitor.observe(ev(2, [0.5, 0.6], [0.9, 0.9]))  # less stable, more agreement
     assert monitor.baseline.step == 0
@@ -52,3 +53,28 @@ def test_best_follows_the_axis_direction(monkeypatch):
     # The logged change against the best is a regression test in each axis' worse direction.
     cmp = monitor.compare(ev(3, [0.2, 0.3], [0.4, 0.4]))
     assert cmp["s"]["agreement"]["vs_best"]["step"] == 2 and cmp["s"]["agreement"]["vs_best"]["mean_diff"] < 0
+
+
+def test_vs_baseline_and_vs_best_follow_the_one_rule():
+    """Issue 13: the callback's ``_vs_baseline`` entry says "no significant difference" where Wilcoxon alone has
+    p = 0.017 but the CI spans 0; its numbers are scipy's and the rule's."""
+    from .._helpers import verdict_case as case
+
+    def ev(step, values):
+        return Evaluation.from_records(step, {"s": [{"id": f"g{i}", "axes": {"activation": float(v)}}
+                                                    for i, v in enumerate(values)]})
+
+    monitor = MonitorState(root=None)  # type: ignore[arg-type]
+    monitor.observe(ev(0, case.before()))
+    entry = monitor.compare(ev(5, case.after()))["s"]["activation"]["vs_baseline"]
+    assert entry["p_value"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
+    assert entry["p_value"] < 0.05
+    assert entry["ci_low"] < 0 < entry["ci_high"]
+    assert entry["verdict"] == stats.NO_DIFFERENCE and entry["step"] == 0 and entry["n"] == case.N
+    # A clear regression is "worse" by the same rule; with 4 groups it is "not enough groups".
+    entry = monitor.compare(ev(6, case.before() + 0.1))["s"]["activation"]["vs_baseline"]
+    assert entry["verdict"] == stats.WORSE
+    small = MonitorState(root=None)  # type: ignore[arg-type]
+    small.observe(ev(0, case.before()[:4]))
+    assert small.compare(ev(1, case.before()[:4] + 0.1))["s"]["activation"]["vs_baseline"]["verdict"] == \
+        stats.NOT_ENOUGH
