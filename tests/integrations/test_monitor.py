@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from sago_train.functional.axes.registry import AXES, Axis, higher_is_better
 from sago_train.functional import stats
+from sago_train.functional.axes.registry import AXES, Axis, higher_is_better
 from sago_train.integrations.monitor import MonitorState, is_improvement, paired_verdict
 from sago_train.results.evaluation import Evaluation
 
