@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import SagoInputError
 from ..functional import stats
+from ..functional.axes.registry import higher_is_better
 from ..io import atomic_write_text
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 from ..results.store import HISTORY, Run
@@ -49,7 +50,12 @@ from .report_plots import (
 
 __all__ = ["ALPHA", "ReportResult", "is_significant", "paired_against_first", "write_report"]
 
-ALPHA = 0.05
+ALPHA = stats.ALPHA
+#: How the report states the one verdict rule (stats.decide), beside every table that carries a verdict.
+RULE = (f"'more/less stable' only when the one-sided Wilcoxon signed-rank p < {ALPHA} in that direction AND the "
+        f"{1 - ALPHA:.0%} paired-bootstrap CI of the difference excludes 0 on the same side (the rule shared with "
+        f"`compare`, the training callback and early stopping); 'not enough groups' below "
+        f"{stats.min_groups(ALPHA)} paired groups, where no such test can reach p < {ALPHA}")
 
 
 @dataclass
@@ -100,19 +106,25 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) 
 
 
 def is_significant(row: dict[str, Any]) -> bool:
-    """Whether a row of :func:`paired_against_first` found a significant difference."""
-    return bool(row.get("n")) and row["verdict"].startswith(row["run"] + " ")
+    """Whether a row of :func:`paired_against_first` found a significant difference (by the one rule)."""
+    return bool(row.get("n")) and row.get("outcome") in (stats.BETTER, stats.WORSE)
+
+
+def _words(axis: str) -> tuple[str, str]:
+    """(better, worse) in words; ``between_dispersion`` is compared as a quantity, where lower is a collapse."""
+    return ("less dispersed (collapse)", "more dispersed") if axis == BETWEEN else ("more stable", "less stable")
 
 
 def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, seed: int = 0) -> list[dict[str, Any]]:
     """Each evaluation after the first against the first, per shared set and axis, paired by group id.
 
     Row: ``{"run", "reference", "set", "axis", "n", "mean_diff", "ci_low", "ci_high", "p_less_stable",
-    "p_more_stable", "verdict"}`` with ``mean_diff = run - reference`` (> 0: ``run`` is less stable). Both
-    p-values are one-sided Wilcoxon signed-rank tests; since neither direction is chosen in advance, a
-    direction is called significant when its p < ``alpha / 2`` (a two-sided test at ``alpha`` overall).
-    With ``activation_rel`` recorded, a ``between_dispersion`` row compares each group's distance to the
-    other groups: "less dispersed" flags a fine-tune that pulled unrelated prompts together (a collapse).
+    "p_more_stable", "outcome", "verdict"}`` with ``mean_diff = run - reference`` (> 0: ``run`` is less stable),
+    its ``1 - alpha`` paired-bootstrap CI and the one-sided Wilcoxon p-values of each direction. ``outcome`` is the
+    one verdict rule's (:func:`sago_train.functional.stats.paired_verdict`: ``better``, ``worse``, ``no significant
+    difference`` or ``not enough groups``), ``verdict`` the same in words. With ``activation_rel`` recorded, a
+    ``between_dispersion`` row compares each group's distance to the other groups ("p_less_stable" = p of
+    "higher"): "less dispersed" flags a fine-tune that pulled unrelated prompts together (a collapse).
     """
     if len(evals) < 2:
         return []
@@ -137,22 +149,17 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                 if not common or not np.isfinite(before).any():
                     rows.append({**row, "n": 0, "verdict": "no common groups"})
                     continue
-                worse = stats.paired_comparison(before, after, alternative="greater", seed=seed)
-                better = stats.paired_comparison(before, after, alternative="less", seed=seed)
-                if worse.n == 0:
+                # between_dispersion is judged in its raw direction (higher = "worse" side = more dispersed).
+                v = stats.paired_verdict(before, after, higher_is_better=axis != BETWEEN and higher_is_better(axis),
+                                         alpha=alpha, seed=seed)
+                if v.n == 0:
                     rows.append({**row, "n": 0, "verdict": "no common groups with values"})
                     continue
-                up, down = ("more dispersed", "less dispersed (collapse)") if axis == BETWEEN else \
-                    ("less stable", "more stable")
-                if worse.p_value < alpha / 2:
-                    verdict = f"{ev.label} {up}"
-                elif better.p_value < alpha / 2:
-                    verdict = f"{ev.label} {down}"
-                else:
-                    verdict = "no significant difference"
-                rows.append({**row, "n": worse.n, "mean_diff": worse.mean_diff, "ci_low": worse.ci_low,
-                             "ci_high": worse.ci_high, "p_less_stable": worse.p_value,
-                             "p_more_stable": better.p_value, "verdict": verdict})
+                better, worse = _words(axis)
+                words = v.words(better, worse)
+                rows.append({**row, "n": v.n, "mean_diff": v.mean_diff, "ci_low": v.ci_low, "ci_high": v.ci_high,
+                             "p_less_stable": v.p_worse, "p_more_stable": v.p_better, "outcome": v.verdict,
+                             "verdict": f"{ev.label} {words}" if v.significant else words})
     return stats.to_jsonable(rows)
 
 
@@ -181,7 +188,12 @@ def _since_baseline(run: Run) -> list[list[Any]]:
             if not res:
                 continue
             p = _num(res.get("p_value"))
-            verdict = "less stable" if math.isfinite(p) and p < ALPHA else "-"
+            # The one rule on the recorded numbers (a line written before it carries no p_better: never "more").
+            outcome = stats.decide(_num(res.get("mean_diff")), _num(res.get("ci_low")), _num(res.get("ci_high")), p,
+                                   _num(res.get("p_better")), int(_num(res.get("n")) if res.get("n") else 0),
+                                   higher_is_better=higher_is_better(axis))
+            better, worse = _words(axis)
+            verdict = {stats.BETTER: better, stats.WORSE: worse}.get(outcome, outcome)
             rows.append([run.label, s, axis, f"{res.get('step')} -> {last['step']}", res.get("n"),
                          fmt_num(res.get("mean_diff")), f"[{fmt_num(res.get('ci_low'))}, {fmt_num(res.get('ci_high'))}]",
                          fmt_p(p), verdict])
@@ -254,8 +266,8 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         if baseline_rows:
             md += ["### Change since the baseline", "",
                    "Last evaluation minus the baseline (the first evaluation) on the same groups; p = one-sided "
-                   f"Wilcoxon signed-rank test of 'less stable' (alpha = {ALPHA}), as recorded during training.",
-                   ""]
+                   "Wilcoxon signed-rank test of 'less stable', as recorded during training. Verdict: "
+                   f"{RULE}.", ""]
             md += _table(["run", "set", "axis", "steps", "n", "difference", "95% CI", "p (less stable)", ""],
                          baseline_rows, left=3)
             md.append("")
@@ -298,10 +310,9 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         ref = last[0].label
         md += [f"## Paired comparison against `{ref}`", "",
                f"Per set and axis, on the groups both evaluated (paired by group id): difference = run - `{ref}` "
-               "at each one's last evaluation (> 0: the run is less stable), its 95% paired-bootstrap CI, and "
-               "one-sided Wilcoxon signed-rank p-values for 'less stable' and 'more stable'. A direction is "
-               f"called significant when its p < {ALPHA / 2:g} (two-sided alpha = {ALPHA}); not corrected for "
-               "the number of sets and axes. The `between_dispersion` rows (each group's distance to the other groups, "
+               f"at each one's last evaluation (> 0: the run is less stable), its {1 - ALPHA:.0%} paired-bootstrap CI, "
+               "and one-sided Wilcoxon signed-rank p-values for 'less stable' and 'more stable'. Verdict: "
+               f"{RULE}; not corrected for the number of sets and axes. The `between_dispersion` rows (each group's distance to the other groups, "
                "recorded with `activation_rel`) read 'p (less stable)' as 'higher': a significant drop means the run "
                "pulled unrelated prompts together, which lowers raw activation without any stability.", ""]
         table_rows = []
@@ -316,13 +327,18 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
                       "verdict"], table_rows, left=3)
         md.append("")
         significant = [r for r in rows if is_significant(r)]
+        untested = [f"`{r['set']}`/{r['axis']}" for r in rows if not r.get("n") or r.get("outcome") == stats.NOT_ENOUGH]
         if significant:
             md.append("Significant differences:")
             md += [f"- set `{r['set']}`, {r['axis']}: {r['verdict']} than `{ref}` "
-                   f"(difference {fmt_num(r['mean_diff'])}, {p_text(min(r['p_less_stable'], r['p_more_stable']))})"
+                   f"(difference {fmt_num(r['mean_diff'])} [{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}], "
+                   f"{p_text(r['p_less_stable'] if r['outcome'] == stats.WORSE else r['p_more_stable'])})"
                    for r in significant]
         else:
-            md.append(f"No significant stability difference from `{ref}` on any set or axis.")
+            where = "where it could be tested" if untested else "on any set or axis"
+            md.append(f"No significant stability difference from `{ref}` {where}.")
+        if untested:
+            md.append(f"Not tested (too few paired groups or no records): {', '.join(untested)}.")
         md.append("")
 
 

@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape as esc
 
     from ..analysis.compare import load_sources
+    from ..analysis.formatting import fmt_num
     from ..analysis.report import is_significant, write_report
+    from ..functional.stats import NOT_ENOUGH
 
     sources = load_sources(args.dirs)
     out = Path(args.out) if args.out is not None else default_out(sources[0])
@@ -60,7 +62,12 @@ def run(args: argparse.Namespace) -> int:
     significant = [r for r in result.comparisons if is_significant(r)]
     for r in significant:
         console.print(f"  {esc(r['set'])}/{r['axis']}: {esc(r['verdict'])} than {esc(r['reference'])} "
-                      f"(difference {r['mean_diff']:+.3g})")
+                      f"(difference {fmt_num(r['mean_diff'])} [{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}])")
+    # Too few groups is said, never folded into "no difference".
+    untested = [r for r in result.comparisons if not r.get("n") or r.get("outcome") == NOT_ENOUGH]
+    for r in untested:
+        console.print(f"  {esc(r['set'])}/{r['axis']}: {esc(r['run'])} vs {esc(r['reference'])}: {esc(r['verdict'])}")
     if result.comparisons and not significant:
-        console.print(f"  no significant stability difference from {esc(sources[0].label)}")
+        where = " where it could be tested" if untested else ""
+        console.print(f"  no significant stability difference from {esc(sources[0].label)}{where}")
     return 0

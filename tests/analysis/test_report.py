@@ -285,3 +285,62 @@ def test_paired_comparison_flags_a_collapse_of_the_between_group_dispersion(tmp_
     assert rows["activation"]["verdict"] == "B more stable" and rows["activation_rel"]["verdict"] == \
         "no significant difference"
     assert "s/between_dispersion: B less dispersed (collapse) than A" in out
+
+
+def test_verdict_is_the_one_rule_not_the_wilcoxon_alone(tmp_path, capsys):
+    """Issue 13: the report said "more stable" (Wilcoxon p = 0.017) beside a bootstrap CI spanning 0. The
+    constructed pair has exactly that; the row, report.md and the console say "no significant difference"."""
+    import scipy.stats as sps
+
+    from sago_train.analysis.compare import load_sources
+    from sago_train.analysis.report import paired_against_first
+
+    from .._helpers import verdict_case as case
+
+    a = write_eval_dir(tmp_path / "A", {"s": {"activation": list(case.before())}})
+    b = write_eval_dir(tmp_path / "B", {"s": {"activation": list(case.after())}})
+    row = next(r for r in paired_against_first(load_sources([a, b], last_only=True)) if r["axis"] == "activation")
+    assert row["p_less_stable"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
+    assert row["p_less_stable"] < 0.05 and row["ci_low"] < 0 < row["ci_high"]
+    assert row["mean_diff"] == pytest.approx(case.DIFF.mean())
+    assert row["outcome"] == row["verdict"] == "no significant difference"
+    code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "B less stable" not in md and "No significant stability difference from `A` on any set or axis." in md
+    assert "excludes 0 on the same side" in md
+    assert "no significant stability difference from A" in out and "less stable than" not in out
+
+
+def test_too_few_groups_is_said_not_hidden(tmp_path, capsys):
+    values = [0.1, 0.2, 0.3, 0.4]
+    a = write_eval_dir(tmp_path / "A", {"s": {"activation": values}})
+    b = write_eval_dir(tmp_path / "B", {"s": {"activation": [v + 0.3 for v in values]}})
+    code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    assert "s/activation: B vs A: not enough groups (4; a paired test at alpha 0.05 needs >= 5)" in out
+    assert "no significant stability difference from A where it could be tested" in out
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "Not tested (too few paired groups or no records): `s`/activation" in md
+
+
+def test_change_since_baseline_applies_the_rule_to_recorded_numbers(tmp_path, capsys):
+    """A history line as the callback wrote it before the rule (p_value only, no verdict): p < 0.05 with a CI
+    spanning 0 is no longer reported as "less stable"; a line from the current callback carries its verdict."""
+    run = write_run_dir(tmp_path / "run", {0: {"s": axis_values(0)}, 5: {"s": axis_values(1)}})
+    hist = run / "sago" / "history.jsonl"
+    lines = [json.loads(x) for x in hist.read_text().splitlines()]
+    lines[1]["compare"] = {"s": {
+        "activation": {"vs_baseline": {"mean_diff": 0.005, "ci_low": -0.11, "ci_high": 0.07, "p_value": 0.017,
+                                       "n": 12, "alternative": "greater", "step": 0}},
+        "confidence": {"vs_baseline": {"mean_diff": 0.1, "ci_low": 0.05, "ci_high": 0.15, "p_value": 0.001,
+                                       "p_better": 0.999, "n": 12, "verdict": "worse", "step": 0}}}}
+    hist.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    code, _, err = run_cli(["report", str(run)], capsys)
+    assert code == 0, err
+    md = (run / "sago" / "report" / "report.md").read_text()
+    section = md[md.index("### Change since the baseline"):]
+    section = section[:section.index("\n## ")]
+    rows = {line.split(" | ")[2]: line for line in section.splitlines() if line.startswith("| run | s |")}
+    assert rows["activation"].endswith("| no significant difference |")
+    assert rows["confidence"].endswith("| less stable |")
