@@ -91,7 +91,7 @@ def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
         md.append("(Needs at least two runs or evaluations on at least two shared sets.)")
         return md + [""]
     try:
-        cmp = compare_evaluations(last)
+        cmp = compare_evaluations(last, allow_different_groups=True)
     except SagoInputError as err:
         return md + [f"(Not computed: {err.message})", ""]
     rows = []
@@ -106,8 +106,10 @@ def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
                        f"{fmt_p(f['tests'][s1]['p_value'])}, {fmt_p(f['tests'][s2]['p_value'])})")
         rows.append([axis, c["pairs"], c["flipped"], c["robust"], c["unknown"], example or "-"])
     md += ["Pairs of runs whose order differs between two sets ('flip in means'), and those whose flip is "
-           f"robust: a two-sided paired Wilcoxon test (groups paired by id) with p < {findings.ALPHA} on both sets, "
-           "in the direction of each set's order. Headlines quote robust flips.", ""]
+           f"robust: on both sets, the one-sided paired Wilcoxon p < {findings.ALPHA} (groups paired by id) and the "
+           f"{1 - findings.ALPHA:.0%} paired-bootstrap CI excludes 0, in the direction of each set's order (the "
+           "verdict rule of the paired comparison). Headlines quote robust flips.", ""]
+    md += [f"- {line}" for line in cmp.get("scope", [])] + [""]
     md += _table(["axis", "pairs", "flip in means", "robust flips", "untested", "example of a robust flip"], rows, 1)
     if INSTABILITY in cmp["axes"]:
         md += ["", "(`instability` is the mean of the [0, 1] axes, ranked like an axis.)"]

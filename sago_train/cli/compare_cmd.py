@@ -18,22 +18,33 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "higher = better), with Kendall's tau between the sets' rankings and the pairs whose order flips from one "
         "set to another. A directory is an evaluation directory ('sago-train eval --out') or a training run's "
         "output_dir (its last evaluation); RUN_DIR@STEP picks the evaluation at that step, so checkpoints of one "
-        "run can be compared.",
+        "run can be compared. Every entry is scored on the groups of each set that all entries evaluated (the "
+        "first lines of the output say how many and which were dropped); where the groups cannot be matched (no "
+        "per-group records, or no group in common) it refuses unless --allow-different-groups. A flip is robust "
+        "when, on both sets, the one-sided Wilcoxon p < 0.05 and the 95% paired-bootstrap CI excludes 0 on the same "
+        "side (the verdict rule of report, the training callback and early stopping).",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="at least 2 evaluation or run directories (RUN_DIR@STEP)")
     p.add_argument("--axis", dest="axes", action="append", metavar="AXIS",
                    help="axis to rank on (repeatable; also 'instability' or 'accuracy'); default: every recorded "
                    "axis and instability")
+    p.add_argument("--allow-different-groups", action="store_true",
+                   help="where a set's groups cannot be matched across the entries (an entry without per-group "
+                   "records, or no group in common), rank each entry on its own groups instead of refusing; the "
+                   "first lines of the output say so")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="also write the result as JSON")
     p.set_defaults(func=run)
     return p
 
 
 def print_comparison(result: dict[str, Any], console: Any) -> None:
-    """Rich tables: the entries, then per axis the scores with ranks, Kendall's tau and the flips."""
+    """First what each set is scored on (the common groups, or not); then rich tables: the entries, and per axis
+    the scores with ranks, Kendall's tau and the flips."""
     from rich.markup import escape as esc
     from rich.table import Table
 
+    for line in result.get("scope", []):
+        console.print(esc(line))
     entries = Table(title="entries", title_justify="left")
     for col in ("label", "kind", "step", "directory", "model"):
         entries.add_column(col)
@@ -79,8 +90,8 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
         for f in r["flips"]:
             s1, s2 = f["sets"]
             o1, o2 = f["order"][s1], f["order"][s2]
-            robust = {True: " (robust: paired test significant on both sets)",
-                      False: " (not robust: the paired test is not significant on both sets; may be noise)",
+            robust = {True: " (robust: a significant paired difference on both sets)",
+                      False: " (not robust: no significant paired difference on both sets; may be noise)",
                       None: " (untested: no per-group records)"}[f["robust"]]
             console.print(f"  [yellow]rank flip[/yellow] on {axis}: {esc(o1[0])} beats {esc(o1[1])} on "
                           f"'{esc(s1)}', but {esc(o2[0])} beats {esc(o2[1])} on '{esc(s2)}'{robust}")
@@ -89,8 +100,8 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
     if total_flips:
         console.print(f"[bold]{total_flips} rank flip(s)[/bold]: which entry is best depends on the variant set.")
         for axis, c in robust_pairs.items():
-            console.print(f"  {axis}: {c['robust']} of {c['pairs']} entry pair(s) flip robustly (paired test "
-                          f"significant on both sets); {c['flipped']} flip in their means")
+            console.print(f"  {axis}: {c['robust']} of {c['pairs']} entry pair(s) flip robustly (a significant "
+                          f"paired difference on both sets); {c['flipped']} flip in their means")
     elif len(result["sets"]) < 2:
         console.print("[bold]one shared set only[/bold]: no rank reversal can be checked.")
     else:
@@ -105,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.compare import compare_evaluations, load_sources
 
     evals = load_sources(args.dirs, last_only=True)
-    result = compare_evaluations(evals, axes=args.axes)  # type: ignore[arg-type]
+    result = compare_evaluations(evals, axes=args.axes,  # type: ignore[arg-type]
+                                 allow_different_groups=args.allow_different_groups)
     console = Console(highlight=False, soft_wrap=True)
     print_comparison(result, console)
     if args.json_out:

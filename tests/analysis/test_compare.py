@@ -9,6 +9,7 @@ import pytest
 
 from sago_train.analysis.compare import compare_evaluations, load_evaluation, load_sources, parse_spec
 from sago_train.cli.main import main
+from sago_train.errors import SagoInputError
 
 from .._helpers.results_dirs import axis_values, run_cli, write_eval_dir, write_run_dir
 
@@ -113,18 +114,57 @@ def test_duplicate_labels_are_disambiguated(tmp_path):
     assert labels == ["x/model", "model@1", "y/model"]
 
 
-def test_mixed_eval_and_run_dirs_and_different_group_counts(tmp_path, capsys):
+def test_mixed_eval_and_run_dirs_scored_on_the_common_groups_said_first(tmp_path, capsys):
+    """Issue 13: compare ranked evaluations scored on different group subsets and noted it at the very end. Now
+    the first line says which groups every entry is scored on, and the means are over those (hand-checked)."""
     ev = write_eval_dir(tmp_path / "ev", {"s": axis_values(0, n=8), "t": axis_values(1, n=8)})
     run = write_run_dir(tmp_path / "run", {5: {"s": axis_values(2, n=12), "u": axis_values(3)}})
     code, out, err = run_cli(["compare", str(ev), str(run)], capsys)
     assert code == 0, err
+    first = "scored on 8 common groups of set 's' (dropped g8, g9, g10, g11 of run)"
+    assert out.splitlines()[0] == first
+    assert out.splitlines()[1:3] == ["set 't' was evaluated by one entry only (ev): left out",
+                                     "set 'u' was evaluated by one entry only (run): left out"]
     result = compare_evaluations(load_sources([ev, run], last_only=True))
-    assert result["sets"] == ["s"]  # sets evaluated by only one entry are left out, with a note
-    assert any("set 't'" in n for n in result["notes"])
-    assert any("different numbers of groups" in n for n in result["notes"])
+    assert result["sets"] == ["s"] and result["scope"][0] == first
+    assert result["groups"]["s"] == {"common": True, "n_groups": 8, "dropped": {"run": ["g8", "g9", "g10", "g11"]},
+                                     "line": first}
+    # Hand computation: run's activation mean over its first 8 groups (g0..g7), not over all 12.
+    act = result["axes"]["activation"]["scores"]["s"]
+    run_values = axis_values(2, n=12)["activation"]
+    assert act["run"]["mean"] == pytest.approx(sum(run_values[:8]) / 8, abs=1e-12) and act["run"]["n"] == 8
+    assert act["run"]["mean"] != pytest.approx(sum(run_values) / 12)
+    assert act["ev"]["mean"] == pytest.approx(sum(axis_values(0, n=8)["activation"]) / 8, abs=1e-12)
+    assert act["run"]["ci_low"] <= act["run"]["mean"] <= act["run"]["ci_high"]
     assert "one shared set only" in out
     assert list(result["axes"]) == ["activation", "confidence", "generation", "mirroring", "instability"]
     assert load_evaluation(run).step == 5
+
+
+def test_same_groups_keep_the_recorded_scores(tmp_path):
+    a = _model(tmp_path, "A", x=0.1, y=0.9)
+    b = _model(tmp_path, "B", x=0.3, y=0.2)
+    result = compare_evaluations(load_sources([a, b], last_only=True), axes=["activation"])
+    assert result["scope"] == ["scored on 6 common groups of set 'setX' (every entry has the same groups)",
+                               "scored on 6 common groups of set 'setY' (every entry has the same groups)"]
+    recorded = json.loads((a / "summary.json").read_text())["sets"]["setX"]["axes"]["activation"]
+    assert result["axes"]["activation"]["scores"]["setX"]["A"] == recorded
+
+
+def test_groups_that_cannot_be_matched_are_refused_without_the_flag(tmp_path, capsys):
+    a = write_eval_dir(tmp_path / "A", {"s": axis_values(0, n=6)})
+    b = write_eval_dir(tmp_path / "B", {"s": axis_values(1, n=6)})
+    recs = [json.loads(x) for x in (b / "s.jsonl").read_text().splitlines()]
+    for r in recs:
+        r["id"] = "other-" + r["id"]
+    (b / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    code, _, err = run_cli(["compare", str(a), str(b)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "the entries share no group of set 's' (A: 6, B: 6)" in err and "--allow-different-groups" in err
+    code, out, err = run_cli(["compare", str(a), str(b), "--allow-different-groups"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[0] == ("set 's' NOT scored on common groups (the entries share no group of set 's' "
+                                   "(A: 6, B: 6)): each entry on its own groups (A: 6, B: 6) [--allow-different-groups]")
 
 
 @pytest.mark.parametrize(
@@ -170,10 +210,13 @@ def test_robust_flip_needs_the_paired_test_on_both_sets(tmp_path):
     assert set(flips) == {("setX", "setY"), ("setX", "setZ")}
     xy, xz = flips[("setX", "setY")], flips[("setX", "setZ")]
     assert xy["robust"] is True and xz["robust"] is False
-    want = sps.wilcoxon(np.array(b["setZ"]["activation"]) - base["setZ"], alternative="two-sided").pvalue
-    assert xz["tests"]["setZ"]["p_value"] == pytest.approx(want) and want > 0.05
-    assert xy["tests"]["setY"]["p_value"] == pytest.approx(
-        sps.wilcoxon(np.array(b["setY"]["activation"]) - base["setY"]).pvalue)
+    # B ranks first on setZ (lower mean), so "robust" needs the rule to call B better there: it does not.
+    dz = np.array(b["setZ"]["activation"]) - base["setZ"]
+    assert xz["tests"]["setZ"]["p_better"] == pytest.approx(sps.wilcoxon(dz, alternative="less").pvalue)
+    assert xz["tests"]["setZ"]["verdict"] == "no significant difference"
+    dy = np.array(b["setY"]["activation"]) - base["setY"]
+    assert xy["tests"]["setY"]["p_better"] == pytest.approx(sps.wilcoxon(dy, alternative="less").pvalue)
+    assert xy["tests"]["setY"]["verdict"] == "better" and xy["tests"]["setX"]["verdict"] == "worse"
     # Two entries: one pair; it flips (in two set pairs), robustly in one of them.
     assert act["reversal"] == {"pairs": 1, "flipped": 1, "robust": 1, "unknown": 0}
 
@@ -183,6 +226,34 @@ def test_flip_without_records_is_untested(tmp_path):
                        records=False)
     b = write_eval_dir(tmp_path / "B", {"setX": _const(6, activation=0.3), "setY": _const(6, activation=0.2)},
                        records=False)
-    act = compare_evaluations(load_sources([a, b], last_only=True), axes=["activation"])["axes"]["activation"]
+    with pytest.raises(SagoInputError, match="no per-group records of set 'setX'"):
+        compare_evaluations(load_sources([a, b], last_only=True), axes=["activation"])
+    result = compare_evaluations(load_sources([a, b], last_only=True), axes=["activation"],
+                                 allow_different_groups=True)
+    assert result["scope"][0].startswith("set 'setX' NOT scored on common groups (A, B have no per-group records")
+    act = result["axes"]["activation"]
     assert [f["robust"] for f in act["flips"]] == [None]
     assert act["reversal"] == {"pairs": 1, "flipped": 1, "robust": 0, "unknown": 1}
+
+
+def test_a_flip_carried_by_wilcoxon_alone_is_not_robust(tmp_path):
+    """Issue 13's disagreement in compare: on setY, B's lower mean comes with a one-sided Wilcoxon p of 0.017
+    (two-sided 0.034, which the old rule called significant) but a 95% CI spanning 0: not robust."""
+    import numpy as np
+    import scipy.stats as sps
+
+    from .._helpers import verdict_case as case
+
+    x = np.linspace(0.2, 0.5, case.N)
+    a = write_eval_dir(tmp_path / "A", {"setX": {"activation": list(x)}, "setY": {"activation": list(case.after())}})
+    b = write_eval_dir(tmp_path / "B", {"setX": {"activation": list(x + 0.1)},
+                                        "setY": {"activation": list(case.before())}})
+    act = compare_evaluations(load_sources([a, b], last_only=True), axes=["activation"])["axes"]["activation"]
+    (flip,) = act["flips"]
+    assert flip["order"] == {"setX": ["A", "B"], "setY": ["B", "A"]}
+    t = flip["tests"]["setY"]
+    assert t["p_better"] == pytest.approx(sps.wilcoxon(-case.DIFF, alternative="less").pvalue) and t["p_better"] < 0.05
+    assert sps.wilcoxon(-case.DIFF).pvalue < 0.05  # the old two-sided test
+    assert t["ci_low"] < 0 < t["ci_high"] and t["verdict"] == "no significant difference"
+    assert flip["tests"]["setX"]["verdict"] == "worse" and flip["robust"] is False
+    assert act["reversal"]["robust"] == 0
