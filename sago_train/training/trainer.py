@@ -7,7 +7,8 @@ the task loss exactly as it would (same forward, same normalization by ``num_ite
 of :class:`~sago_train.training.loss.StabilityLoss` capture what the terms need during that same forward, and
 ``lambda_act * L_act + lambda_conf * L_conf`` is added. The terms are logged separately as
 ``sago_task_loss``, ``sago_act_loss``, ``sago_conf_loss`` (averaged over the logging window the same way
-as the Trainer's ``loss``), beside the effective weights ``sago_act_weight`` / ``sago_conf_weight``.
+as the Trainer's ``loss``), beside the effective weights ``sago_act_weight`` / ``sago_conf_weight`` that were
+applied to those losses (averaged over the window the same way; with ``logging_steps=1``, the step's weight).
 
 Training data: a dataset of variant groups (one item = one group), batched by
 :class:`~sago_train.training.collator.VariantGroupCollator` (the default when no collator is given). Because items
@@ -175,7 +176,7 @@ class StabilityTrainerMixin:
         # accumulated batch, the Trainer does not divide by the accumulation steps, so they are divided here;
         # DDP then averages the gradients over processes, which averages the terms over all groups.
         loss = task_loss if extra is None else task_loss + (extra / ga if scaled else extra).to(task_loss.dtype)
-        self._sago_record(training, task_loss, terms.act, terms.conf, ga, scaled)
+        self._sago_record(training, task_loss, terms.act, terms.conf, ga, scaled, (act_weight, conf_weight))
         return (loss, outputs) if return_outputs else loss
 
     # ---------------------------------------------------------------------------------------- logging
@@ -187,6 +188,7 @@ class StabilityTrainerMixin:
         conf: torch.Tensor | None,
         ga: int,
         scaled: bool,
+        weights: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         values = {"sago_task_loss": task, "sago_act_loss": act, "sago_conf_loss": conf}
         if not training:
@@ -201,6 +203,13 @@ class StabilityTrainerMixin:
             "sago_act_loss": (act, ga),
             "sago_conf_loss": (conf, ga),
         }
+        # The weights this micro-batch applied (a warmup changes them every step), accumulated like the terms so
+        # that the logged weight is the one used for the losses on the same log row, not the next step's.
+        cfg = self.stability_config
+        for key, weight, on in (("sago_act_weight", weights[0], cfg.act_weight > 0),
+                                ("sago_conf_weight", weights[1], cfg.conf_weight > 0)):
+            if on:
+                shares[key] = (torch.tensor(float(weight), device=task.device), ga)
         sums = self._sago_train_sums
         for key, (value, div) in shares.items():
             if value is not None:
@@ -222,11 +231,6 @@ class StabilityTrainerMixin:
             sums = self._sago_train_sums
             steps = sums["_steps"].clamp_min(1e-12)
             logs.update(self._sago_gather_mean({k: v / steps for k, v in sums.items() if k != "_steps"}))
-            act_weight, conf_weight = self.stability_config.weights_at(self.state.global_step)
-            if self.stability_config.act_weight > 0:
-                logs["sago_act_weight"] = act_weight
-            if self.stability_config.conf_weight > 0:
-                logs["sago_conf_weight"] = conf_weight
             self._sago_train_sums = {}
         elif self._sago_eval_values and not self.model.training:
             prefix = next((k[: -len("loss")] for k in logs if k.endswith("_loss")), "eval_")

@@ -105,9 +105,27 @@ def test_default_collator_and_whole_groups_per_batch(tmp_path, tok):
 def test_warmup_ramps_the_weights(tmp_path, tok):
     config = StabilityConfig(act_weight=0.5, conf_weight=0.2, warmup_steps=2)
     _, logs = _train(tmp_path, tok, config=config, max_steps=3)
-    # Logged after each optimizer step: weights at global_step 1, 2, 3.
-    assert [log["sago_act_weight"] for log in logs] == pytest.approx([0.25, 0.5, 0.5])
-    assert [log["sago_conf_weight"] for log in logs] == pytest.approx([0.1, 0.2, 0.2])
+    # Step k (1-based) computes its loss at global_step k - 1: weights 0, 1/2 and all of it, logged on its row.
+    assert [log["sago_act_weight"] for log in logs] == pytest.approx([0.0, 0.25, 0.5])
+    assert [log["sago_conf_weight"] for log in logs] == pytest.approx([0.0, 0.1, 0.2])
+
+
+@pytest.mark.parametrize("ga", [1, 2])
+def test_logged_weights_are_the_ones_applied_to_the_logged_losses(tmp_path, tok, ga):
+    """Issue 13: the logged weight was one step ahead of the loss on the same row. With a warmup that changes the
+    weights at every step, each row's loss is recomputed by hand from its own terms and logged weights."""
+    config = StabilityConfig(act_weight=0.8, conf_weight=0.4, warmup_steps=4)
+    _, logs = _train(tmp_path, tok, config=config, max_steps=4, gradient_accumulation_steps=ga, n_groups=4 * ga)
+    assert len(logs) == 4
+    for k, log in enumerate(logs):  # row k+1 is step k+1, computed at global_step k
+        assert log["sago_act_weight"] == pytest.approx(0.8 * k / 4)
+        assert log["sago_conf_weight"] == pytest.approx(0.4 * k / 4)
+        by_hand = (log["sago_task_loss"] + log["sago_act_weight"] * log["sago_act_loss"]
+                   + log["sago_conf_weight"] * log["sago_conf_loss"])
+        assert log["loss"] == pytest.approx(by_hand, rel=1e-5)
+    # A window of two steps logs the mean of the two steps' weights, like the losses beside it.
+    _, logs = _train(tmp_path / "window", tok, config=config, max_steps=4, logging_steps=2)
+    assert [log["sago_act_weight"] for log in logs] == pytest.approx([0.8 * 0.5 / 4, 0.8 * 2.5 / 4])
 
 
 def test_lora_trains_only_the_adapter(tmp_path, tok):
