@@ -37,3 +37,23 @@ class EarlyStoppingOptions:
     min_delta: float = field(default=0.0, metadata={"help": "Smallest change in the worse direction that counts."})
     mode: str = field(default="paired", metadata={"help": "paired (a one-sided paired test against the best "
                                                           "evaluation) or threshold (means only)."})
+
+
+@dataclass
+class CallbackOptions:
+    """How :class:`~sago_train.SAGOCallback` behaves around its evaluations: its defaults, and flags of
+    :class:`~sago_train.SAGOArguments`. Not a recipe section (``sago-train run`` sets ``overwrite`` from its own
+    flag)."""
+
+    evaluate_at_end: bool = field(default=True, metadata={"help": "Evaluate at the last training step (the final "
+                                  "evaluation), whatever the cadence."})
+    log_unstable_groups: int = field(default=10, metadata={"help": "Rows of the W&B table of the most unstable "
+                                     "groups (0 disables it)."})
+    raise_on_error: bool = field(default=False, metadata={"help": "Re-raise an exception from an evaluation instead "
+                                 "of logging it and training on."})
+    overwrite: bool = field(default=False, metadata={"help": "Start a fresh (not resumed) run in an output directory "
+                            "that holds another run's SAGO history (kept beside it as history.jsonl.<time>.old); "
+                            "without it such a run is refused at train start."})
+    guard_reporters: bool = field(default=False, metadata={"help": "Wrap the Trainer's reporting integrations so that "
+                                  "one that fails (a W&B that cannot start) is logged and switched off instead of "
+                                  "stopping training."})
