@@ -235,3 +235,43 @@ def test_trl_command_and_yaml_parse(tmp_path, monkeypatch):
     assert parsed[0][3].sago_eval_steps == 100 and parsed[0][3].sago_config().axes == SAGOConfig().axes
     assert parsed[1][3].sago_config().axes == ["activation", "confidence"]
 
+
+
+def _shell_commands() -> list[list[str]]:
+    """Every command line of README's bash blocks, continuation lines joined and comments dropped."""
+    out = []
+    for text in fenced_blocks("bash"):
+        for line in text.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                out.append(words)
+    return out
+
+
+def test_shell_commands_name_what_exists():
+    """A cheap check of the bash blocks: each ``sago-train`` command line parses with the CLI's own parser (a
+    ``run`` line's overrides with the recipe's), each ``make`` target and each script exists."""
+    from sago_train.cli.main import build_parser
+    from sago_train.cli.recipe import parse_recipe
+    from sago_train.cli.recipe_yaml import apply_overrides, load_yaml, parse_overrides
+
+    makefile = (ROOT / "Makefile").read_text()
+    checked = {"sago-train": 0, "make": 0, "python": 0}
+    for words in _shell_commands():
+        if "sago_train.cli.main" in words:  # torchrun ... -m sago_train.cli.main eval ...
+            words = ["sago-train", *words[words.index("sago_train.cli.main") + 1:]]
+        if words[0] == "sago-train":
+            args, extra = build_parser().parse_known_args(words[1:])  # SystemExit on an unknown flag
+            if args.command == "run":
+                parse_recipe(apply_overrides(load_yaml(ROOT / args.recipe), parse_overrides(extra)),
+                             source=args.recipe)
+            else:
+                assert not extra, words
+        elif words[0] == "make":
+            assert re.search(rf"^{re.escape(words[1])}:", makefile, flags=re.M), words
+        elif words[0] == "python" and words[1] != "sft_sago.py":  # the README's own script: test_trl_script
+            assert (ROOT / words[1]).is_file(), words
+        else:
+            continue
+        checked[words[0]] += 1
+    assert all(checked.values()), checked
