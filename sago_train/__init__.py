@@ -21,6 +21,7 @@ from .version import __version__  # noqa: F401 - re-exported
 _IMPORT_STRUCTURE: dict[str, list[str]] = {
     "functional.axes": ["AXES", "DEFAULT_AXES", "AxisValue", "GroupInputs", "register_axis"],
     "integrations.callback": ["SAGOCallback"],
+    "integrations.arguments": ["SAGOArguments"],
     "training.collator": ["VariantGroupCollator"],
     "eval.config": ["SAGOConfig"],
     "data": ["VariantGroup", "VariantSet", "build_variant_set", "bundled_sets", "make_generator", "resolve_sets"],
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .functional.axes import AXES, DEFAULT_AXES, AxisValue, GroupInputs, register_axis  # noqa: F401
     from .functional.relations import axis_correlation, kind_effect, rank_reversal  # noqa: F401
     from .functional.stats import bootstrap_ci, paired_comparison  # noqa: F401
+    from .integrations.arguments import SAGOArguments  # noqa: F401
     from .integrations.callback import SAGOCallback  # noqa: F401
     from .integrations.early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
     from .model.tiny import load_tiny_model, tiny_model_path  # noqa: F401

@@ -59,20 +59,12 @@ def _unescape(text: str) -> str:
 
 def _sets_for(values: list[str] | None, model: str | None) -> Any:
     """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model."""
-    from ..data.sources import BUNDLED_COLLECTIONS, bundled_sets, resolve_sets
+    from ..data.sources import bundled_sets, sets_from_specs
     from ..model.real import real_model_for
 
     if not values:
         return bundled_sets("real" if model and real_model_for(model) else "tiny")
-    out: dict[str, Any] = {}
-    for value in values:
-        part = bundled_sets(value) if value in BUNDLED_COLLECTIONS and not os.path.exists(value) else resolve_sets(value)
-        for name, vs in part.items():
-            if name in out:
-                raise SagoInputError(f"two variant sets are named '{name}'", key="set",
-                                     hint="give each set a unique name with NAME=FILE")
-            out[name] = vs
-    return out
+    return sets_from_specs(values, key="set")
 
 
 def _init_distributed() -> None:

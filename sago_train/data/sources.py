@@ -79,3 +79,20 @@ def bundled_set_paths(collection: str = "tiny") -> dict[str, Path]:
 def bundled_sets(collection: str = "tiny") -> dict[str, VariantSet]:
     """Load the example sets shipped with the package (``collection``: ``tiny`` or ``real``)."""
     return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths(collection).items()}
+
+
+def sets_from_specs(specs: Sequence[str], *, key: str = "set") -> dict[str, VariantSet]:
+    """Sets named on a command line (``sago-train eval --set``, ``--sago_sets``): each ``NAME=FILE``, a JSONL
+    path, or a bundled collection (:data:`BUNDLED_COLLECTIONS`) when no file of that name exists. ``key`` names
+    the flag in errors."""
+    out: dict[str, VariantSet] = {}
+    for spec in specs:
+        part = bundled_sets(spec) if spec in BUNDLED_COLLECTIONS and not os.path.exists(spec) else resolve_sets(spec)
+        for name, vs in part.items():
+            if name in out:
+                raise SagoInputError(f"two variant sets are named '{name}'", key=key,
+                                     hint="give each set a unique name with NAME=FILE")
+            out[name] = vs
+    if not out:
+        raise SagoInputError("no variant sets given", key=key, hint="e.g. paraphrase=sets/paraphrase.jsonl, or tiny")
+    return out

@@ -33,7 +33,7 @@ from ..results.store import SAGO_DIR
 from .early_stopping import check_target
 from .metrics import evaluation_metrics, headline_metrics, history_entry
 from .monitor import MonitorState
-from .options import LOG_LEVELS, MonitorOptions
+from .options import LOG_LEVELS, CallbackOptions, MonitorOptions
 from .progress import (
     cost_line,
     ensure_console,
@@ -97,14 +97,14 @@ class SAGOCallback(TrainerCallback):
         baseline: bool = MonitorOptions.baseline,
         overhead_budget: float = MonitorOptions.overhead_budget,
         log_level: str = MonitorOptions.log_level,
-        raise_on_error: bool = False,
+        raise_on_error: bool = CallbackOptions.raise_on_error,
         trainer: Any = None,
-        guard_reporters: bool = False,
-        log_unstable_groups: int = 10,
-        evaluate_at_end: bool = True,
+        guard_reporters: bool = CallbackOptions.guard_reporters,
+        log_unstable_groups: int = CallbackOptions.log_unstable_groups,
+        evaluate_at_end: bool = CallbackOptions.evaluate_at_end,
         config: SAGOConfig | None = None,
         tokenizer: Any = None,
-        overwrite: bool = False,
+        overwrite: bool = CallbackOptions.overwrite,
         soft_failures: bool = False,
         **options: Any,
     ) -> None:
@@ -146,6 +146,13 @@ class SAGOCallback(TrainerCallback):
         self._done: dict[int, dict[str, float]] = {}
         if trainer is not None:
             self.attach(trainer)
+
+    @classmethod
+    def from_args(cls, args: Any, *, trainer: Any = None, **kwargs: Any) -> SAGOCallback:
+        """Build from parsed :class:`~sago_train.SAGOArguments` (``--sago_*`` flags of an ``HfArgumentParser`` or
+        ``TrlParser`` script) and bind to ``trainer`` when given; ``kwargs`` (``tokenizer``, ``soft_failures``...)
+        as in the constructor, winning over the flags."""
+        return cls(args.variant_sets(), trainer=trainer, **{**args.callback_kwargs(), **kwargs})
 
     # ------------------------------------------------------------------ wiring
     def attach(self, trainer: Any) -> SAGOCallback:

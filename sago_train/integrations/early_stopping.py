@@ -123,6 +123,12 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
         self._warned_few = False
 
+    @classmethod
+    def from_args(cls, args: Any) -> SAGOEarlyStoppingCallback:
+        """Build from parsed :class:`~sago_train.SAGOArguments` (``--sago_early_stopping_*`` flags); an error names
+        ``--sago_early_stopping_metric`` when it is not given."""
+        return cls(**args.early_stopping_kwargs())
+
     def state(self) -> dict[str, Any]:
         return {
             "args": {

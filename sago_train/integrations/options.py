@@ -41,3 +41,23 @@ class EarlyStoppingOptions:
                                    "before training) as the best: it has no checkpoint to go back to. With "
                                    "load_best_model_at_end and metric_for_best_model naming the watched metric, the "
                                    "best is always the Trainer's best checkpoint."})
+
+
+@dataclass
+class CallbackOptions:
+    """How :class:`~sago_train.SAGOCallback` behaves around its evaluations: its defaults, and flags of
+    :class:`~sago_train.SAGOArguments`. Not a recipe section (``sago-train run`` sets ``overwrite`` from its own
+    flag)."""
+
+    evaluate_at_end: bool = field(default=True, metadata={"help": "Evaluate at the last training step (the final "
+                                  "evaluation), whatever the cadence."})
+    log_unstable_groups: int = field(default=10, metadata={"help": "Rows of the W&B table of the most unstable "
+                                     "groups (0 disables it)."})
+    raise_on_error: bool = field(default=False, metadata={"help": "Re-raise an exception from an evaluation instead "
+                                 "of logging it and training on."})
+    overwrite: bool = field(default=False, metadata={"help": "Start a fresh (not resumed) run in an output directory "
+                            "that holds another run's SAGO history (kept beside it as history.jsonl.<time>.old); "
+                            "without it such a run is refused at train start."})
+    guard_reporters: bool = field(default=False, metadata={"help": "Wrap the Trainer's reporting integrations so that "
+                                  "one that fails (a W&B that cannot start) is logged and switched off instead of "
+                                  "stopping training."})
