@@ -66,7 +66,8 @@ def reliability_table(s: SetResult) -> Table:
     for axis, rel in s.reliability.items():
         if axis in constant_axes(s):
             continue
-        t.add_row(axis, fmt_num(rel.r), fmt_num(rel.reliability), fmt_p(rel.p_value), str(rel.n),
+        sb = fmt_num(rel.corrected) if rel.corrected is not None else "n/a (r <= 0)"
+        t.add_row(axis, fmt_num(rel.r), sb, fmt_p(rel.p_value), str(rel.n),
                   rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else ""))
     return t
 

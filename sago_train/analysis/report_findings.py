@@ -64,7 +64,8 @@ def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
     for ev in last:
         for s in ev.sets:
             for axis, rel in reliability_from_records(ev, s).items():
-                rows.append([ev.label, s, axis, fmt_num(rel.r), fmt_num(rel.reliability), fmt_p(rel.p_value), rel.n,
+                sb = fmt_num(rel.corrected) if rel.corrected is not None else "n/a (r <= 0)"
+                rows.append([ev.label, s, axis, fmt_num(rel.r), sb, fmt_p(rel.p_value), rel.n,
                              rel.verdict() + (f" ({rel.note})" if rel.note else "")])
     md += _table(["run", "set", "axis", "r (halves)", "Spearman-Brown", "p", "groups", "verdict"], rows, 3) if rows \
         else ["(Needs per-group records with split halves, written by sago_train >= this version.)"]

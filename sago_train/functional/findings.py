@@ -80,6 +80,14 @@ class Reliability(_JsonMixin):
     n: int
     note: str = ""
 
+    @property
+    def corrected(self) -> float | None:
+        """The Spearman-Brown value to show, ``None`` when ``r <= 0``: the correction extrapolates a positive
+        half-test agreement to the full test; applied to ``r < 0`` it only magnifies disagreement (r = -0.6
+        gives -3.0), a number with no reading as a reliability. ``reliability`` keeps the formula's value (NaN
+        when not computed, shown as such)."""
+        return None if math.isfinite(self.r) and self.r <= 0 else self.reliability
+
     def verdict(self, alpha: float = ALPHA) -> str:
         """``"not noise"`` when the permutation p < ``alpha`` (the groups' order reproduces across disjoint
         halves of their variants), ``"not shown"`` otherwise, ``"not computed"`` with a note."""
@@ -91,7 +99,8 @@ class Reliability(_JsonMixin):
         """The claim in words, with the numbers behind it."""
         if self.verdict(alpha) == "not computed":
             return f"{set_name}/{axis}: split-half reliability not computed ({self.note or 'undefined'})"
-        nums = (f"split-half Spearman r={self.r:.2f}, Spearman-Brown {self.reliability:.2f}, permutation "
+        sb = f"{self.corrected:.2f}" if self.corrected is not None else "n/a (r <= 0)"
+        nums = (f"split-half Spearman r={self.r:.2f}, Spearman-Brown {sb}, permutation "
                 f"p={self.p_value:.2g}, n={self.n} groups")
         if self.verdict(alpha) == "not noise":
             return f"{set_name}/{axis}: per-group instability is not noise ({nums})"

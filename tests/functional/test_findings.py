@@ -290,3 +290,18 @@ def test_eval_display_says_inconclusive_relations_once_per_set():
     assert line[0].strip().startswith("- s: 3 axis pair(s) inconclusive, neither distinct nor related (n=6 groups")
     for r in rels:
         assert f"{r.axes[0]}/{r.axes[1]} (rho=" in line[0]
+
+
+def test_spearman_brown_is_shown_only_for_positive_half_agreement():
+    # Halves in reverse order: r = -1, and 2r/(1+r) has no reading as a reliability (it is -inf here, and below
+    # -1 for any r < -1/3), so the sentence and tables say n/a while the record keeps the formula's value.
+    a, b = [0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1]
+    rel = split_half_reliability(a, b)
+    assert rel.r == pytest.approx(-1.0) and rel.corrected is None
+    assert "Spearman-Brown n/a (r <= 0)" in rel.sentence("s", "activation")
+    anti = split_half_reliability([0.1, 0.2, 0.3, 0.4, 0.5], [0.3, 0.5, 0.1, 0.4, 0.2])
+    r = sps.spearmanr([0.1, 0.2, 0.3, 0.4, 0.5], [0.3, 0.5, 0.1, 0.4, 0.2]).statistic
+    assert anti.r == pytest.approx(r) and r < 0 and anti.reliability == pytest.approx(2 * r / (1 + r))
+    assert anti.corrected is None
+    pos = split_half_reliability([0.1, 0.2, 0.3, 0.4, 0.5], [0.15, 0.1, 0.35, 0.3, 0.6])
+    assert pos.corrected == pytest.approx(1.6 / 1.8) and "Spearman-Brown 0.89" in pos.sentence("s", "activation")
