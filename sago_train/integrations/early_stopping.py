@@ -156,6 +156,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         """On resume, restore the state saved in the checkpoint even when the Trainer's
         ``restore_callback_states_from_checkpoint`` is off (its default). A state saved by an earlier version
         (without ``candidate``) restores too: the missing attributes keep their defaults."""
+        self._check_trainer_direction(args)
         if state.global_step == 0 or not isinstance(state.stateful_callbacks, dict):
             return
         saved = state.stateful_callbacks.get(type(self).__name__)
@@ -176,6 +177,23 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         name = getattr(args, "metric_for_best_model", None) or ""
         return bool(getattr(args, "load_best_model_at_end", False)) and parse_metric_or_none(name) == (
             self.set_name, self.axis)
+
+    def _check_trainer_direction(self, args: TrainingArguments) -> None:
+        """Following the Trainer's best needs the Trainer to rank this metric the same way. transformers defaults
+        ``greater_is_better`` to True for any metric not ending in "loss", so an unset one makes the Trainer keep
+        the *least* stable checkpoint while this callback waits for it to confirm the most stable one: the two
+        would silently disagree on every "best". Refuse before training instead."""
+        if not self.follows_trainer(args):
+            return
+        want = higher_is_better(self.axis)
+        got = getattr(args, "greater_is_better", None)
+        if got is not None and bool(got) != want:
+            raise SagoInputError(
+                f"load_best_model_at_end with metric_for_best_model={args.metric_for_best_model!r} ranks it with "
+                f"greater_is_better={got}, but '{self.axis}' is {'higher' if want else 'lower'}-is-better: the "
+                f"Trainer's best checkpoint would be the {'least' if not want else 'most'} stable one, and early "
+                f"stopping on {self.metric} could never agree with it",
+                key="greater_is_better", hint=f"pass greater_is_better={want} in the TrainingArguments")
 
     def _sync_with_trainer(self, state: TrainerState) -> None:
         """Adopt the candidate once the Trainer has made its step the best (``best_global_step``)."""

@@ -253,3 +253,21 @@ def test_best_step_is_the_trainers_best_checkpoint(tmp_path, case):
     assert trainer_best == 2
     assert stopper.best_step == trainer_best
     assert stopper.best_mean == pytest.approx(tr.state.best_metric)
+
+
+def test_following_the_trainer_refuses_a_trainer_that_ranks_the_other_way():
+    """transformers defaults greater_is_better to True for a metric not ending in "loss": the Trainer would keep
+    the least stable checkpoint as its best and the stopper, waiting for it to confirm the most stable one, would
+    silently disagree. Refused at train start, naming the setting and what it should be."""
+    kwargs = dict(output_dir="/tmp/unused", report_to=[], load_best_model_at_end=True,
+                  metric_for_best_model="sago/s/activation", eval_strategy="steps", save_strategy="steps")
+    unset = TrainingArguments(**kwargs)
+    assert unset.greater_is_better is True  # what transformers picks by default
+    cb = SAGOEarlyStoppingCallback("sago/s/activation")
+    with pytest.raises(SagoInputError) as err:
+        cb.on_train_begin(unset, TrainerState(), TrainerControl())
+    assert err.value.key == "greater_is_better" and "greater_is_better=False" in str(err.value)
+    cb.on_train_begin(TrainingArguments(**kwargs, greater_is_better=False), TrainerState(), TrainerControl())
+    # Not following the Trainer (no load_best_model_at_end): nothing to agree with, nothing refused.
+    no_follow = {**kwargs, "load_best_model_at_end": False}
+    cb.on_train_begin(TrainingArguments(**no_follow), TrainerState(), TrainerControl())
