@@ -95,15 +95,18 @@ def set_scope(evals: Sequence[Evaluation], set_name: str, *, allow_different_gro
 
 
 def _accuracy(e: Evaluation, set_name: str, ids: list[str]) -> dict[str, Any] | None:
-    """Accuracy over the variants of ``ids`` (the share of variants answered right), no CI, as recorded."""
+    """Accuracy over the variants of ``ids`` (the share of variants answered right), no CI, as recorded: ``n``
+    counts the groups that have correctness (a group without a reference is never counted, as in
+    :func:`~sago_train.functional.axes.correctness.correctness_summary`)."""
     recs = {str(r["id"]): r for r in e.records(set_name) or []}
-    right = total = 0
+    right = total = groups = 0
     for g in ids:
         correct = (recs.get(g) or {}).get("correct")
         if correct:
             right += sum(map(bool, correct))
             total += len(correct)
-    return {"mean": right / total, "ci_low": None, "ci_high": None, "n": len(ids)} if total else None
+            groups += 1
+    return {"mean": right / total, "ci_low": None, "ci_high": None, "n": groups} if total else None
 
 
 def _recorded(evals: Sequence[Evaluation], set_name: str, axis: str) -> dict[str, Any]:
@@ -126,8 +129,10 @@ def scores(evals: Sequence[Evaluation], scope: SetScope, axis: str, *, seed: int
         return {e.label: sc for e in evals if (sc := _accuracy(e, scope.set, ids)) is not None}, None
     values = [e.group_values(scope.set, axis) or {} for e in evals]
     keep = [g for g in ids if all(math.isfinite(v.get(g, math.nan)) for v in values)]
-    if not scope.recompute and (len(keep) == len(ids) or not keep):
+    if not scope.recompute and len(keep) == len(ids):
         return _recorded(evals, scope.set, axis), None
+    if not keep and not any(math.isfinite(v.get(g, math.nan)) for v in values for g in ids):
+        return {}, None  # undefined for every entry on every common group: nothing to rank, nothing to say
     out = {e.label: stats.bootstrap_ci(np.array([v[g] for g in keep]), seed=seed).to_dict()
            for e, v in zip(evals, values)} if keep else {}
     note = None
