@@ -33,10 +33,13 @@ class EarlyStoppingOptions:
 
     metric: str = field(default="", metadata={"help": "sago/<set>/<axis> to watch."})
     patience: int = field(default=3, metadata={"help": "Worse evaluations in a row before stopping."})
-    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired test."})
+    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired verdict: the one-sided "
+                         "Wilcoxon p must be below it and the 1 - alpha paired-bootstrap CI must exclude 0."})
     min_delta: float = field(default=0.0, metadata={"help": "Smallest change in the worse direction that counts."})
-    mode: str = field(default="paired", metadata={"help": "paired (a one-sided paired test against the best "
-                                                          "evaluation) or threshold (means only)."})
+    mode: str = field(default="paired", metadata={"help": "paired (worse than the best evaluation by the one "
+                                                          "verdict rule of report and compare: one-sided Wilcoxon "
+                                                          "p < alpha and the 1 - alpha paired-bootstrap CI above 0 "
+                                                          "on the worse side, per group) or threshold (means only)."})
     exclude_baseline: bool = field(default=True, metadata={"help": "Never take the step-0 evaluation (the baseline, "
                                    "before training) as the best: it has no checkpoint to go back to. With "
                                    "load_best_model_at_end and metric_for_best_model naming the watched metric, the "
