@@ -155,9 +155,11 @@ def test_callback_example(tmp_path, monkeypatch):
     assert_sago_logged(trainer.state.log_history, [0, 2], ["paraphrase", "typo"], sago.config.axes)
     history = [json.loads(line) for line in (tmp_path / "out" / "sago" / "history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [0, 2]
-    # The early stopper was fed by the callback: its best is one of the two evaluations' logged means.
+    # The early stopper was fed by the callback: its best is the step-2 evaluation (the step-0 baseline is never
+    # the best), with the mean logged for it.
     logged = {step: row["eval_sago/paraphrase/activation"] for step, row in sago_rows(trainer.state.log_history).items()}
-    assert stop.best_step in logged and stop.best_mean == pytest.approx(logged[stop.best_step], rel=1e-6)
+    assert stop.best_step == 2 and stop.best_mean == pytest.approx(logged[2], rel=1e-6)
+    assert [d["step"] for d in stop.decisions] == [0, 2] and stop.decisions[0]["verdict"].startswith("baseline")
 
 
 @pytest.mark.slow
