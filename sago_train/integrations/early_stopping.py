@@ -168,8 +168,13 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                 return
 
     def connect(self, source: Any) -> None:
-        """Called by the :class:`SAGOCallback` that will feed this one its evaluations."""
+        """Called by the :class:`SAGOCallback` that will feed this one its evaluations (when it is bound to a
+        Trainer, and again at train start before its baseline): a Trainer that ranks the metric the other way is
+        refused here, before any evaluation is paid for."""
         self._source = source
+        trainer = getattr(source, "trainer", None)
+        if trainer is not None and getattr(trainer, "args", None) is not None:
+            self._check_trainer_direction(trainer.args)
 
     def follows_trainer(self, args: TrainingArguments) -> bool:
         """Whether "best" is the Trainer's best checkpoint: ``load_best_model_at_end`` with

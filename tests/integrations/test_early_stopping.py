@@ -268,6 +268,12 @@ def test_following_the_trainer_refuses_a_trainer_that_ranks_the_other_way():
         cb.on_train_begin(unset, TrainerState(), TrainerControl())
     assert err.value.key == "greater_is_better" and "greater_is_better=False" in str(err.value)
     cb.on_train_begin(TrainingArguments(**kwargs, greater_is_better=False), TrainerState(), TrainerControl())
+    # Refused as soon as a SAGOCallback bound to that Trainer connects (before its baseline evaluation).
+    from types import SimpleNamespace
+
+    with pytest.raises(SagoInputError, match="greater_is_better"):
+        SAGOEarlyStoppingCallback("sago/s/activation").connect(SimpleNamespace(trainer=SimpleNamespace(args=unset)))
+    SAGOEarlyStoppingCallback("sago/s/activation").connect(SimpleNamespace(trainer=None))  # unbound: later
     # Not following the Trainer (no load_best_model_at_end): nothing to agree with, nothing refused.
     no_follow = {**kwargs, "load_best_model_at_end": False}
     cb.on_train_begin(TrainingArguments(**no_follow), TrainerState(), TrainerControl())
