@@ -21,7 +21,11 @@ from pathlib import Path
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        import tomli as tomllib  # type: ignore[no-redef]
+    except ModuleNotFoundError:
+        raise SystemExit("scripts/min_requirements.py reads pyproject.toml with tomllib (Python >= 3.11); "
+                         "on Python 3.10: pip install tomli") from None
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_EXTRAS = ("real", "embed", "dev")
