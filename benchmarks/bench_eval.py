@@ -28,7 +28,7 @@ import torch
 
 from sago_train import SAGOEvaluator, VariantSet
 from sago_train.data import bundled_sets
-from sago_train.eval.shared_prefill import _expand, _positions, cache_keyword, shared_prefix_length
+from sago_train.eval.shared_prefill import _cache_of, _expand, _positions, cache_keyword, shared_prefix_length
 from sago_train.functional.axes import (
     activation_instability,
     confidence_instability,
@@ -134,13 +134,13 @@ def bound(model, tok, vs: VariantSet, batch_size: int, steps: list[int], chat: b
             p = shared_prefix_length(rows)
             cache = None
             if p:
-                cache = model(input_ids=torch.tensor([rows[0][:p]], device=dev), use_cache=True, logits_to_keep=1).cache
+                cache = _cache_of(model(input_ids=torch.tensor([rows[0][:p]], device=dev), use_cache=True, logits_to_keep=1))
                 _expand(cache, len(idx))
             ids, smask = pad_batch([r[p:] for r in rows], pad, side="left")
             ids = ids.to(dev)
             mask = torch.cat([torch.ones((len(idx), p), dtype=torch.long), smask], 1).to(dev)
-            cache = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask, p), use_cache=True,
-                          logits_to_keep=1, **{kw: cache}).cache
+            cache = _cache_of(model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask, p), use_cache=True,
+                                    logits_to_keep=1, **{kw: cache}))
             width = mask.shape[1]
             rest = max(len(refs[i]) for i in idx) - 1
             if rest > 0:
@@ -154,7 +154,7 @@ def bound(model, tok, vs: VariantSet, batch_size: int, steps: list[int], chat: b
                 mask = torch.cat([mask, torch.ones((len(idx), 1), dtype=torch.long, device=dev)], 1)
                 out = model(input_ids=last, attention_mask=mask, position_ids=_positions(mask, mask.shape[1] - 1),
                             use_cache=True, logits_to_keep=1, **{kw: cache})
-                cache = out.cache
+                cache = _cache_of(out)
                 last = out.logits[:, -1].argmax(-1, keepdim=True)
 
 
