@@ -126,6 +126,40 @@ def run(steps: int, monitor: bool, out: str, model_name: str | None = None,
     return elapsed, n_evals, timer.seconds
 
 
+def cost_split(model_name: str | None, options: dict, repeats: int, device: str = "cpu") -> None:
+    """One evaluation of the monitoring sets with and without generation (interleaved, medians): the share
+    of an evaluation that ``generation_every`` saves on the evaluations that skip generation."""
+    import peft
+
+    from sago_train import SAGOEvaluator
+    from sago_train.data import VariantSet
+    from sago_train.model.loading import load_model_and_tokenizer
+    from sago_train.model.tiny import tiny_model_path
+
+    model, tok = load_model_and_tokenizer(model_name or tiny_model_path(), device=device)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                                       lora_dropout=0.0))
+    demo = ASSETS / ("demo-real" if model_name else "demo")
+    sets = {n: VariantSet.from_jsonl(demo / f"{n}.jsonl", name=n) for n in ("paraphrase", "format", "typo")}
+    from sago_train.integrations.callback import SAGOCallback
+
+    config = SAGOCallback(sets, **options).config  # the callback's resolved settings (its max_groups default)
+    ev = SAGOEvaluator(model, tok, config=config)
+    ev.evaluate(sets, generation=False)  # warm-up
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeats):
+        for gen in (True, False):
+            t = time.perf_counter()
+            ev.evaluate(sets, generation=gen)
+            times[gen].append(time.perf_counter() - t)
+    full, cheap = statistics.median(times[True]), statistics.median(times[False])
+    n = sum(min(len(v), config.max_groups or len(v)) for v in sets.values())
+    print(f"one evaluation of {model_name or 'the shipped tiny model'} (LoRA) on {n} groups, max_new_tokens="
+          f"{config.max_new_tokens}, threads={__import__('torch').get_num_threads()}: full {full:.1f} s "
+          f"(runs {', '.join(f'{x:.1f}' for x in times[True])}), without generation {cheap:.1f} s "
+          f"(runs {', '.join(f'{x:.1f}' for x in times[False])}); generation's share {100 * (1 - cheap / full):.0f}%")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3000)
@@ -136,12 +170,17 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="train with bf16 mixed precision")
     ap.add_argument("--max-groups", type=int, default=None, help="SAGOCallback max_groups (default: its own)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="SAGOCallback max_new_tokens (default: its own)")
+    ap.add_argument("--split", type=int, default=0, metavar="N",
+                    help="only measure one evaluation with and without generation, N times each, and exit")
     args = ap.parse_args()
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
     options = {k: v for k, v in (("max_groups", args.max_groups), ("max_new_tokens", args.max_new_tokens)) if v}
+    if args.split:
+        cost_split(args.model, options, args.split, args.device)
+        return
     name = args.model
     times: dict[str, list[float]] = {"off": [], "on": []}
     evals, inside = [], []

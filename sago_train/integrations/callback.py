@@ -11,6 +11,7 @@ Trainer does not hand callbacks to itself, and this callback does not look for i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -23,7 +24,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError
-from ..eval.config import SAGOConfig
+from ..eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
 from ..eval.evaluator import SAGOEvaluator
 from ..functional.stats import to_jsonable
 from ..io import release_run_lock
@@ -31,13 +32,15 @@ from ..results.evaluation import Evaluation
 from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
 from .early_stopping import check_target
-from .metrics import evaluation_metrics, headline_metrics, history_entry
+from .metrics import evaluation_metrics, headline_metrics, history_entry, is_partial, partial_evaluation
 from .monitor import MonitorState
 from .options import LOG_LEVELS, MonitorOptions
 from .progress import (
     cost_line,
     ensure_console,
     evaluation_progress,
+    partial_cost_line,
+    planned_complete,
     planned_evaluations,
     share_line,
 )
@@ -60,6 +63,12 @@ class SAGOCallback(TrainerCallback):
             the baseline and the final one included (0.05 = 5%); the next step is re-estimated after every
             evaluation from measured times. A run shorter than about ``2 * eval_time / budget`` gets only the
             baseline and the final evaluation.
+        generation_every: compute the axes that need greedy generation (generation, mirroring, accuracy, and
+            confidence on groups without a reference) only at every N-th evaluation (counted from the baseline,
+            also across a resume); the others compute the remaining axes, with identical values, without
+            decoding. The baseline and the final evaluation are always complete. An evaluation without
+            generation has no ``instability`` (a mean over fewer axes would not compare), its comparisons cover
+            the axes it has, and early stopping on a skipped axis only counts the evaluations that have it.
         log_level: ``"default"``: each evaluation logs, per set, the axis means, ``instability`` and accuracy, plus
             the overall instability and the runtime; CI bounds, p-values, ``_vs_baseline`` / ``_vs_best`` and
             set-level figures go to ``history.jsonl`` and the W&B summary and tables only. ``"full"``: all of them
@@ -80,6 +89,8 @@ class SAGOCallback(TrainerCallback):
             skipped evaluation in ``failures`` instead of failing at train start.
         **options: evaluation options of ``sago-train eval`` (:class:`SAGOConfig` fields: ``axes``,
             ``layers``, ``pooling``, ``similarity``, ``max_new_tokens``, ``batch_size``, ``max_groups``, ``seed``...).
+            ``max_groups`` not given (None) means 64 groups per set here (a seeded subset, the same at every
+            evaluation), not every group as for ``sago-train eval``; ``max_groups=0`` evaluates every group.
 
     Example:
         >>> from transformers import Trainer
@@ -96,6 +107,7 @@ class SAGOCallback(TrainerCallback):
         eval_steps: int | None = MonitorOptions.eval_steps,
         baseline: bool = MonitorOptions.baseline,
         overhead_budget: float = MonitorOptions.overhead_budget,
+        generation_every: int = MonitorOptions.generation_every,
         log_level: str = MonitorOptions.log_level,
         raise_on_error: bool = False,
         trainer: Any = None,
@@ -109,7 +121,14 @@ class SAGOCallback(TrainerCallback):
         **options: Any,
     ) -> None:
         self.sets = resolve_sets(sets)
-        self.config = config if config is not None else SAGOConfig.from_kwargs(**options)
+        config = config if config is not None else SAGOConfig.from_kwargs(**options)
+        if config.max_groups is None:  # the in-training default: every evaluation costs training time
+            config = dataclasses.replace(config, max_groups=IN_TRAINING_MAX_GROUPS)
+        self.config = config
+        if isinstance(generation_every, bool) or not isinstance(generation_every, int) or generation_every < 1:
+            raise SagoInputError(f"expected a positive integer, got {generation_every!r}", key="generation_every",
+                                 hint="1 computes every axis at every evaluation")
+        self.generation_every = generation_every
         if eval_steps is not None and (not isinstance(eval_steps, int) or eval_steps < 1):
             raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
         self.eval_steps = eval_steps
@@ -189,12 +208,12 @@ class SAGOCallback(TrainerCallback):
         self._check_listeners()
         self._auto = self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
-        self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
+        self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0}
         self._cost: dict[str, float] | None = None
         if main:
             ensure_console(logging.INFO)
         if self.baseline and state.global_step not in self._done and not resumed:
-            self._evaluate(args, state, control, kwargs)
+            self._evaluate(args, state, control, kwargs, complete=True)
 
     def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
         return find_tokenizer(self.tokenizer, kwargs, self.trainer)
@@ -227,8 +246,9 @@ class SAGOCallback(TrainerCallback):
     def _schedule_auto(self, state: TrainerState) -> bool:
         """Automatic cadence: is an evaluation due now? If not, when should we look again?
 
-        An evaluation may run once ``eval_total + 2 * last_eval <= overhead_budget * train_time`` (all
-        evaluation time, the baseline included, plus a reserve for the final one). The step where that
+        An evaluation may run once ``eval_total + next_eval + final_eval <= overhead_budget * train_time`` (all
+        evaluation time, the baseline included, this evaluation at the last measured cost of its kind, and a
+        reserve for the final one at the last complete evaluation's cost). The step where that
         holds is predicted from the measured time per step; at that step the prediction is checked again
         with fresh timings (the first steps of a run are slower than the rest), so the decision converges
         in a few looks. Times are measured on rank 0 and broadcast, so every rank evaluates at the same step
@@ -237,7 +257,11 @@ class SAGOCallback(TrainerCallback):
         steps = max(1, state.global_step - int(self._clock["step"]))
         train_s = max(1e-9, now - self._clock["start"] - self._clock["eval"])
         step_s = train_s / steps
-        needed_s = (self._clock["eval"] + 2 * self._clock["last_eval"]) / self.overhead_budget
+        # The next evaluation at its own kind's last measured cost (a complete one's until one without generation
+        # has run), and a reserve for the final one, which is always complete.
+        full = self._clock.get("full", 0.0)
+        upcoming = full if self._wants_generation(state, TrainerControl(), False) else self._clock.get("partial", full)
+        needed_s = (self._clock["eval"] + upcoming + full) / self.overhead_budget
         more = math.ceil((needed_s - train_s) / step_s)
         more = distributed.broadcast_object(more)
         if more <= 0:
@@ -256,7 +280,7 @@ class SAGOCallback(TrainerCallback):
             if control.should_evaluate:
                 self._pending = True
             else:
-                self._evaluate(args, state, control, kwargs)
+                self._evaluate(args, state, control, kwargs, complete=True)
             return
         if self._auto:
             if self._next_auto is not None and state.global_step < self._next_auto:
@@ -308,18 +332,27 @@ class SAGOCallback(TrainerCallback):
             if not self.evaluate_at_end or self.monitor is None or args.load_best_model_at_end:
                 return
             if state.global_step not in self._done and state.global_step not in self._attempted:
-                self._evaluate(args, state, control, kwargs)
+                self._evaluate(args, state, control, kwargs, complete=True)
         finally:
             self._release_lock()
 
     # ------------------------------------------------------------------ evaluation
-    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int) -> EvalResult:
+    def _wants_generation(self, state: TrainerState, control: TrainerControl, complete: bool) -> bool:
+        """Whether this evaluation computes the generation-based axes: the baseline (the first evaluation), the
+        final one, and every ``generation_every``-th counted from the first (the count survives a resume: it
+        is the number of evaluations in the history)."""
+        final = control.should_training_stop or state.global_step >= state.max_steps > 0
+        return complete or final or len(self._done) % self.generation_every == 0
+
+    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int,
+                       generation: bool = True) -> EvalResult:
         config = self.config
         while True:
             evaluator = SAGOEvaluator(model, tokenizer, config=config)
-            tick, bar = evaluation_progress(evaluator, self.sets, step, disable_bar=args.disable_tqdm, say=logger.info)
+            tick, bar = evaluation_progress(evaluator, self.sets, step, disable_bar=args.disable_tqdm, say=logger.info,
+                                            generation=generation)
             try:
-                return evaluator.evaluate(self.sets, progress=tick)
+                return evaluator.evaluate(self.sets, progress=tick, generation=generation)
             except RuntimeError as err:
                 # Under torch.distributed a retry on one rank would leave the others waiting in a collective.
                 if not is_oom(err) or config.batch_size == 1 or distributed.world_size() > 1:
@@ -335,7 +368,7 @@ class SAGOCallback(TrainerCallback):
                     bar.close()
 
     def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                  kwargs: dict[str, Any]) -> dict[str, float]:
+                  kwargs: dict[str, Any], complete: bool = False) -> dict[str, float]:
         model = kwargs.get("model")
         tokenizer, _ = self._find_tokenizer(kwargs)
         if model is None or tokenizer is None or self.monitor is None:
@@ -347,9 +380,10 @@ class SAGOCallback(TrainerCallback):
             return {}
         start = time.perf_counter()
         self._attempted.add(state.global_step)
+        generation = self._wants_generation(state, control, complete or not self._done)
         try:
             with RNGGuard():
-                result = self._run_evaluator(model, tokenizer, args, state.global_step)
+                result = self._run_evaluator(model, tokenizer, args, state.global_step, generation)
         except Exception as err:  # noqa: BLE001 - monitoring must never cost the training run
             if self.raise_on_error or distributed.world_size() > 1:
                 # With several processes the other ranks may be waiting in a collective of this evaluation:
@@ -360,15 +394,20 @@ class SAGOCallback(TrainerCallback):
                          state.global_step, type(err).__name__, err, exc_info=True)
             return {}
         seconds = time.perf_counter() - start
+        partial = is_partial(result)
         if self._clock:
             self._clock["eval"] += seconds
-            self._clock["last_eval"] = seconds
+            if partial and "partial" not in self._clock and distributed.is_main_process():
+                logger.info(partial_cost_line(seconds, self._clock.get("full"), self.generation_every))
+            self._clock["partial" if partial else "full"] = seconds
         if self._clock and state.global_step == int(self._clock["step"]) and distributed.is_main_process():
             self._say_cost(args, state, seconds)
         if self._auto and state.global_step > int(self._clock["step"]):
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1
         evaluation = Evaluation.from_result(state.global_step, result)
+        if partial:
+            evaluation = partial_evaluation(evaluation)
         compare = self.monitor.compare(evaluation, alpha_seed=self.config.seed)
         self.monitor.observe(evaluation)
         self.last_result = result
@@ -387,7 +426,7 @@ class SAGOCallback(TrainerCallback):
         if "wandb" in (args.report_to or []):
             details = {k: v for k, v in metrics.items() if k not in logged}
             settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,
-                        "overhead_budget": self.overhead_budget, "sets": list(self.sets), **self.config.to_dict()}
+                        "overhead_budget": self.overhead_budget, "generation_every": self.generation_every, "sets": list(self.sets), **self.config.to_dict()}
             log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details,
                              settings=to_jsonable(settings))
         for listener in self._listeners:
@@ -400,8 +439,10 @@ class SAGOCallback(TrainerCallback):
             max_steps=state.max_steps, start_step=state.global_step, eval_steps=self.eval_steps,
             trainer_strategy=str(getattr(args.eval_strategy, "value", args.eval_strategy)),
             trainer_eval_steps=args.eval_steps, epochs=args.num_train_epochs, at_end=self.evaluate_at_end)
-        self._cost = None if n is None else {"n": n, "seconds": seconds}
-        logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget))
+        n_full = None if n is None else planned_complete(n, len(self._done) + 1, self.generation_every)
+        self._cost = None if n is None else {"n": n, "seconds": seconds, "n_full": n_full}
+        logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget, n_full=n_full,
+                              generation_every=self.generation_every))
 
     def _say_cost_share(self, state: TrainerState) -> None:
         cost, self._cost = self._cost, None
@@ -409,7 +450,7 @@ class SAGOCallback(TrainerCallback):
             steps = state.global_step - int(self._clock["step"])
             step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
             logger.info(share_line(step_s, steps, state.max_steps - int(self._clock["step"]), int(cost["n"]),
-                                   cost["seconds"]))
+                                   cost["seconds"], n_full=int(cost["n_full"]), partial_s=self._clock.get("partial")))
 
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
         if self.monitor is None:

@@ -129,3 +129,33 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
     tr2.add_callback(hook)
     tr2.train(resume_from_checkpoint=str(out / "checkpoint-4"))
     assert seen == {"counter": counter_at_4, "best_step": cb_state["attributes"]["best_step"]}
+
+
+def test_evaluations_without_the_watched_axis_do_not_count():
+    """With generation_every > 1, an evaluation that skipped the watched generation axis makes no decision: the
+    worse-counter only counts the evaluations that have the axis (here it stops on the 2nd worse one)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.4, 40)
+    partial = SimpleNamespace(config={"skipped_axes": {"s": ["generation", "mirroring"]}})
+    complete = SimpleNamespace(config={"skipped_axes": {"s": []}})
+    cb = SAGOEarlyStoppingCallback("sago/s/generation", patience=2, alpha=0.05)
+    control = TrainerControl()
+    args = TrainingArguments(output_dir="/tmp/unused", report_to=[])
+    feed_seq = [(0, base, "generation", complete), (1, base, "activation", partial), (2, base + 0.1, "generation", complete),
+                (3, base, "activation", partial), (4, base, "activation", partial), (5, base + 0.1, "generation", complete)]
+    stopped = None
+    for step, values, axis, result in feed_seq:
+        cb.on_sago_evaluate(args, TrainerState(global_step=step), control, result=result,
+                            evaluation=snap(step, values, axis=axis))
+        if control.should_training_stop:
+            stopped = step
+            break
+    assert stopped == 5
+    assert [d["step"] for d in cb.decisions] == [0, 2, 5]
+    assert [d["verdict"] for d in cb.decisions] == ["best", "worse (1/2)", "worse (2/2)"]
+    # an axis missing from a complete evaluation is still an error, never skipped silently
+    with pytest.raises(SagoInputError, match="not computed"):
+        cb.on_sago_evaluate(args, TrainerState(global_step=6), TrainerControl(), result=complete,
+                            evaluation=snap(6, base, axis="activation"))

@@ -66,3 +66,27 @@ def test_cost_lines():
     assert progress.share_line(0.5, 3, 100, 4, 12.5) == (
         "sago: at 0.50 s per training step (3 steps timed), training takes about 50 s; the 4 planned evaluations "
         "(50 s) add 100% to it")
+
+
+@pytest.mark.parametrize("n, done, every", [(4, 1, 4), (9, 1, 4), (3, 1, 1), (5, 2, 3), (1, 1, 4), (0, 1, 4)])
+def test_planned_complete_matches_brute_force(n, done, every):
+    # evaluation i (0 = the baseline) is complete when i % every == 0 or it is the last (final) one
+    want = sum(1 for i in range(done, done + n) if i % every == 0 or i == done + n - 1)
+    assert progress.planned_complete(n, done, every) == want
+
+
+def test_cost_lines_with_generation_every():
+    assert progress.cost_line(10.0, 9, 100, 0.05, n_full=3, generation_every=4) == (
+        "sago: one evaluation took 10.0 s; the cadence plans 9 more up to step 100 (3 complete, 6 without "
+        "generation): at most 90 s (the share of training time follows once a few steps are timed)")
+    assert progress.cost_line(2.0, None, 100, 0.05, generation_every=4) == (
+        "sago: one evaluation took 2.0 s; the automatic cadence keeps evaluations within 5% of training time; "
+        "generation-based axes at every 4th evaluation only, the others cost less")
+    # 3 complete at 10 s + 6 without generation at 4 s = 54 s over 100 steps x 1 s
+    assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3, partial_s=4.0) == (
+        "sago: at 1.00 s per training step (3 steps timed), training takes about 100 s; the 9 planned evaluations "
+        "(3 complete, 6 without generation) (54 s) add 54% to it")
+    assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3).endswith("(at most 90 s) add at most 90% to it")
+    assert progress.partial_cost_line(4.0, 10.0, 4) == (
+        "sago: an evaluation without generation-based axes took 4.0 s (40% of a complete one, 10.0 s); they are "
+        "computed at every 4th evaluation")
