@@ -60,9 +60,10 @@ class SAGOCallback(TrainerCallback):
         baseline: evaluate once before the first training step; later evaluations report their paired
             change against it (``..._vs_baseline``) and against the best evaluation so far (``..._vs_best``).
         overhead_budget: for the automatic cadence, the share of training wall time that evaluations may take,
-            the baseline and the final one included (0.05 = 5%); the next step is re-estimated after every
-            evaluation from measured times. A run shorter than about ``2 * eval_time / budget`` gets only the
-            baseline and the final evaluation.
+            the final one included (0.05 = 5%); the baseline, before the first step, is a one-off set-up cost
+            outside the budget (the cost line after it says what it took). The next step is re-estimated after
+            every evaluation from measured times. A run shorter than about ``(eval_time + final_time) / budget``
+            gets only the baseline and the final evaluation.
         generation_every: compute the axes that need greedy generation (generation, mirroring, accuracy, and
             confidence on groups without a reference) only at every N-th evaluation (counted from the baseline,
             also across a resume); the others compute the remaining axes, with identical values, without
@@ -246,9 +247,10 @@ class SAGOCallback(TrainerCallback):
     def _schedule_auto(self, state: TrainerState) -> bool:
         """Automatic cadence: is an evaluation due now? If not, when should we look again?
 
-        An evaluation may run once ``eval_total + next_eval + final_eval <= overhead_budget * train_time`` (all
-        evaluation time, the baseline included, this evaluation at the last measured cost of its kind, and a
-        reserve for the final one at the last complete evaluation's cost). The step where that
+        An evaluation may run once ``evals + next_eval + final_eval <= overhead_budget * train_time``: the
+        evaluations since the first training step (the baseline before it is a one-off set-up cost, reported
+        by the cost line), this one at the last measured cost of its kind, and a reserve for the final one at
+        the last complete evaluation's cost. The step where that
         holds is predicted from the measured time per step; at that step the prediction is checked again
         with fresh timings (the first steps of a run are slower than the rest), so the decision converges
         in a few looks. Times are measured on rank 0 and broadcast, so every rank evaluates at the same step
@@ -261,7 +263,7 @@ class SAGOCallback(TrainerCallback):
         # has run), and a reserve for the final one, which is always complete.
         full = self._clock.get("full", 0.0)
         upcoming = full if self._wants_generation(state, TrainerControl(), False) else self._clock.get("partial", full)
-        needed_s = (self._clock["eval"] + upcoming + full) / self.overhead_budget
+        needed_s = (self._clock["eval"] - self._clock.get("baseline", 0.0) + upcoming + full) / self.overhead_budget
         more = math.ceil((needed_s - train_s) / step_s)
         more = distributed.broadcast_object(more)
         if more <= 0:
@@ -400,8 +402,10 @@ class SAGOCallback(TrainerCallback):
             if partial and "partial" not in self._clock and distributed.is_main_process():
                 logger.info(partial_cost_line(seconds, self._clock.get("full"), self.generation_every))
             self._clock["partial" if partial else "full"] = seconds
-        if self._clock and state.global_step == int(self._clock["step"]) and distributed.is_main_process():
-            self._say_cost(args, state, seconds)
+        if self._clock and state.global_step == int(self._clock["step"]):
+            self._clock["baseline"] = seconds  # before the first training step: a set-up cost, outside the budget
+            if distributed.is_main_process():
+                self._say_cost(args, state, seconds)
         if self._auto and state.global_step > int(self._clock["step"]):
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1

@@ -101,8 +101,9 @@ def cost_line(seconds: float, n: int | None, max_steps: int, budget: float, *, n
     every = "" if generation_every == 1 else (f"; generation-based axes at every {generation_every}th evaluation "
                                               "only, the others cost less")
     if n is None:
-        return (f"sago: one evaluation took {seconds:.1f} s; the automatic cadence keeps evaluations within "
-                f"{100 * budget:.0f}% of training time{every}")
+        return (f"sago: one evaluation took {seconds:.1f} s (the baseline, a one-off set-up cost); the automatic "
+                f"cadence keeps later evaluations, the final one included, within {100 * budget:.0f}% of training "
+                f"time{every}")
     n_full = n if n_full is None else n_full
     bound = "about" if n_full >= n else "at most"
     return (f"sago: one evaluation took {seconds:.1f} s; the cadence plans {n} more up to step {max_steps}"

@@ -62,7 +62,8 @@ def test_cost_lines():
         "sago: one evaluation took 12.3 s; the cadence plans 4 more up to step 100: about 49 s (the share of "
         "training time follows once a few steps are timed)")
     assert progress.cost_line(2.0, None, 100, 0.05) == (
-        "sago: one evaluation took 2.0 s; the automatic cadence keeps evaluations within 5% of training time")
+        "sago: one evaluation took 2.0 s (the baseline, a one-off set-up cost); the automatic cadence keeps later "
+        "evaluations, the final one included, within 5% of training time")
     assert progress.share_line(0.5, 3, 100, 4, 12.5) == (
         "sago: at 0.50 s per training step (3 steps timed), training takes about 50 s; the 4 planned evaluations "
         "(50 s) add 100% to it")
@@ -80,8 +81,9 @@ def test_cost_lines_with_generation_every():
         "sago: one evaluation took 10.0 s; the cadence plans 9 more up to step 100 (3 complete, 6 without "
         "generation): at most 90 s (the share of training time follows once a few steps are timed)")
     assert progress.cost_line(2.0, None, 100, 0.05, generation_every=4) == (
-        "sago: one evaluation took 2.0 s; the automatic cadence keeps evaluations within 5% of training time; "
-        "generation-based axes at every 4th evaluation only, the others cost less")
+        "sago: one evaluation took 2.0 s (the baseline, a one-off set-up cost); the automatic cadence keeps later "
+        "evaluations, the final one included, within 5% of training time; generation-based axes at every 4th "
+        "evaluation only, the others cost less")
     # 3 complete at 10 s + 6 without generation at 4 s = 54 s over 100 steps x 1 s
     assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3, partial_s=4.0) == (
         "sago: at 1.00 s per training step (3 steps timed), training takes about 100 s; the 9 planned evaluations "
