@@ -3,16 +3,18 @@ generation-based axes at every N-th evaluation only, through real Trainer runs o
 
 from __future__ import annotations
 
+import glob
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
 from sago_train.cli.main import main
 from sago_train.data import VariantSet
-from sago_train.eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
 from sago_train.errors import SagoInputError
+from sago_train.eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
 
 from .._helpers.trainer import make_trainer, variant_set
 
@@ -161,3 +163,31 @@ def test_automatic_cadence_budget_arithmetic(monkeypatch, done, clock, want_more
     state = TrainerState(global_step=100, max_steps=10_000)
     assert cb._schedule_auto(state) is False
     assert cb._next_auto == 100 + want_more
+
+
+def test_wandb_and_tensorboard_get_absent_keys_for_skipped_axes(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    from .._helpers.wandb_reader import history_rows
+
+    wandb.finish()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "sago-test")
+    cb = SAGOCallback(variant_set(), eval_steps=2, generation_every=2, **FAST)
+    make_trainer(tmp_path / "out", callbacks=[cb], max_steps=4, report_to=["wandb"]).train()
+    run_dir = Path(wandb.run.dir).parent
+    wandb.finish()
+    rows = history_rows(glob.glob(str(run_dir / "*.wandb"))[0])
+    scalars = {int(r["train/global_step"]): r for r in rows if "eval/sago/num/activation" in r}
+    assert sorted(scalars) == [0, 2, 4]
+    for step, row in scalars.items():
+        has = {k for k in row if k.startswith("eval/sago/") and not k.endswith("_hist") and "/_" not in k}
+        gen = {k for k in has if any(a in k for a in (*GEN_AXES, "instability", "accuracy"))}
+        assert bool(gen) == (step != 2), (step, sorted(has))
+        assert all(math.isfinite(float(row[k])) for k in has)
+    hist_keys = {int(r["train/global_step"]): {k for k in r if k.endswith("_hist/_type")} for r in rows
+                 if any(k.endswith("_hist/_type") for k in r)}
+    assert "eval/sago/num/generation_hist/_type" in hist_keys[0]
+    assert "eval/sago/num/generation_hist/_type" not in hist_keys[2]
+    assert "eval/sago/num/activation_hist/_type" in hist_keys[2]
