@@ -32,10 +32,18 @@ from ..results.evaluation import Evaluation
 from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
 from .early_stopping import check_target
-from .metrics import evaluation_metrics, headline_metrics, history_entry, is_partial, partial_evaluation
+from .metrics import (
+    RecordsWithoutInstability,
+    evaluation_metrics,
+    headline_metrics,
+    history_entry,
+    is_partial,
+    partial_evaluation,
+)
 from .monitor import MonitorState
 from .options import LOG_LEVELS, MonitorOptions
 from .progress import (
+    auto_share_line,
     cost_line,
     ensure_console,
     evaluation_progress,
@@ -67,7 +75,8 @@ class SAGOCallback(TrainerCallback):
         generation_every: compute the axes that need greedy generation (generation, mirroring, accuracy, and
             confidence on groups without a reference) only at every N-th evaluation (counted from the baseline,
             also across a resume); the others compute the remaining axes, with identical values, without
-            decoding. The baseline and the final evaluation are always complete. An evaluation without
+            decoding. The baseline and the final evaluation are always complete (except when early stopping
+            stops training at an evaluation without generation: that one is the last). An evaluation without
             generation has no ``instability`` (a mean over fewer axes would not compare), its comparisons cover
             the axes it has, and early stopping on a skipped axis only counts the evaluations that have it.
         log_level: ``"default"``: each evaluation logs, per set, the axis means, ``instability`` and accuracy, plus
@@ -445,6 +454,8 @@ class SAGOCallback(TrainerCallback):
             trainer_eval_steps=args.eval_steps, epochs=args.num_train_epochs, at_end=self.evaluate_at_end)
         n_full = None if n is None else planned_complete(n, len(self._done) + 1, self.generation_every)
         self._cost = None if n is None else {"n": n, "seconds": seconds, "n_full": n_full}
+        if n is None and self._auto and state.max_steps > 0:  # the automatic cadence: say whether it can fit
+            self._cost = {"n": 0, "seconds": seconds, "n_full": 0, "auto": 1.0}
         logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget, n_full=n_full,
                               generation_every=self.generation_every))
 
@@ -453,6 +464,10 @@ class SAGOCallback(TrainerCallback):
         if cost is not None and distributed.is_main_process():
             steps = state.global_step - int(self._clock["step"])
             step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
+            if cost.get("auto"):
+                logger.info(auto_share_line(step_s, steps, state.max_steps - int(self._clock["step"]), cost["seconds"],
+                                            self.overhead_budget))
+                return
             logger.info(share_line(step_s, steps, state.max_steps - int(self._clock["step"]), int(cost["n"]),
                                    cost["seconds"], n_full=int(cost["n_full"]), partial_s=self._clock.get("partial")))
 
@@ -463,7 +478,8 @@ class SAGOCallback(TrainerCallback):
         entry = history_entry(state.global_step, float(state.epoch or 0.0), result, compare, seconds, is_baseline)
         try:
             # Group records first: a history line never points at records that are not on disk.
-            self.monitor.record(state.global_step, result, to_jsonable(entry))
+            self.monitor.record(state.global_step, RecordsWithoutInstability(result) if is_partial(result) else result,
+                                to_jsonable(entry))
         except OSError as err:
             logger.error("sago: could not write the evaluation history (%s); training continues", err)
             self.failures.append({"step": state.global_step, "error": f"OSError: {err}"})

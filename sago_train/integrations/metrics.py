@@ -44,6 +44,19 @@ def headline_metrics(metrics: dict[str, float], result: EvalResult) -> dict[str,
     return {k: v for k, v in metrics.items() if k in keep}
 
 
+class RecordsWithoutInstability:
+    """What the results store writes for an evaluation without generation: its sets and group records, each
+    record's ``instability`` null (see :func:`is_partial`), so per-group plots and comparisons read from disk see
+    it absent too."""
+
+    def __init__(self, result: EvalResult) -> None:
+        self.sets = result.sets
+        self._result = result
+
+    def group_records(self, set_name: str) -> list[dict[str, Any]]:
+        return [{**r, INSTABILITY: None} for r in self._result.group_records(set_name)]
+
+
 def evaluation_metrics(result: EvalResult, compare: dict[str, Any], seconds: float) -> dict[str, float]:
     """Every finite number of one evaluation under ``eval_sago/...``: the result's metrics, each paired change
     against the baseline and the best so far with its p-value, and the runtime."""

@@ -131,6 +131,21 @@ def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: flo
             f"{bound}{100 * total / train_s:.0f}% to it")
 
 
+def auto_share_line(step_s: float, steps_timed: int, steps: int, final_s: float, budget: float) -> str:
+    """The automatic cadence's line once a few steps are timed: whether the final evaluation (at the
+    baseline's cost) fits the budget, i.e. whether any periodic evaluation can run."""
+    train_s = step_s * steps
+    head = (f"sago: at {step_s:.2f} s per training step ({steps_timed} steps timed), training takes about "
+            f"{train_s:.0f} s; ")
+    share = final_s / train_s
+    if share > budget:
+        return (head + f"the final evaluation alone (about {final_s:.0f} s) is {100 * share:.0f}% of it, over the "
+                f"{100 * budget:.0f}% budget, so no periodic evaluation will run (eval_steps sets a cadence; a "
+                "lower max_groups or max_new_tokens makes evaluations cheaper)")
+    return (head + f"evaluations after the baseline will take at most {100 * budget:.0f}% of it (about "
+            f"{budget * train_s:.0f} s): the final one (about {final_s:.0f} s) and periodic ones while they fit")
+
+
 def evaluation_progress(evaluator: Any, sets: Mapping[str, Any], step: int, *, disable_bar: bool,
                         say: Callable[[str], None], generation: bool = True
                         ) -> tuple[Callable[[int], None] | None, Any]:

@@ -73,6 +73,7 @@ def test_generation_every_values_logs_history_and_comparisons(tmp_path):
             assert sets[axis] == sets_full[axis], (h["step"], axis)
         recs = [json.loads(x) for x in (out2 / "sago" / f"step-{h['step']}" / "num.jsonl").read_text().splitlines()]
         recs_full = [json.loads(x) for x in (out1 / "sago" / f"step-{h['step']}" / "num.jsonl").read_text().splitlines()]
+        assert all((r["instability"] is None) == (h["step"] in partial_steps) for r in recs)
         for r, rf in zip(recs, recs_full):
             assert {a: r["axes"][a] for a in ("activation", "confidence")} == \
                    {a: rf["axes"][a] for a in ("activation", "confidence")}
@@ -191,3 +192,12 @@ def test_wandb_and_tensorboard_get_absent_keys_for_skipped_axes(tmp_path, monkey
     assert "eval/sago/num/generation_hist/_type" in hist_keys[0]
     assert "eval/sago/num/generation_hist/_type" not in hist_keys[2]
     assert "eval/sago/num/activation_hist/_type" in hist_keys[2]
+
+
+def test_automatic_cadence_says_when_only_the_final_evaluation_fits(tmp_path, caplog):
+    cb = SAGOCallback(variant_set(), overhead_budget=1e-6, **FAST)
+    with caplog.at_level("INFO", logger="sago_train"):
+        make_trainer(tmp_path, callbacks=[cb], max_steps=4).train()
+    assert "(the baseline, a one-off set-up cost)" in caplog.text
+    assert "(3 steps timed)" in caplog.text and "so no periodic evaluation will run" in caplog.text
+    assert [h["step"] for h in _history(tmp_path)] == [0, 4]

@@ -92,3 +92,15 @@ def test_cost_lines_with_generation_every():
     assert progress.partial_cost_line(4.0, 10.0, 4) == (
         "sago: an evaluation without generation-based axes took 4.0 s (40% of a complete one, 10.0 s); they are "
         "computed at every 4th evaluation")
+
+
+def test_auto_share_line_says_whether_the_final_evaluation_fits():
+    # 40 steps x 8 s = 320 s; a 236 s final evaluation is 74% of it, over 5%
+    assert progress.auto_share_line(8.0, 3, 40, 236.0, 0.05) == (
+        "sago: at 8.00 s per training step (3 steps timed), training takes about 320 s; the final evaluation "
+        "alone (about 236 s) is 74% of it, over the 5% budget, so no periodic evaluation will run (eval_steps sets "
+        "a cadence; a lower max_groups or max_new_tokens makes evaluations cheaper)")
+    # 1000 steps x 2 s = 2000 s; 5% = 100 s >= a 60 s final evaluation
+    assert progress.auto_share_line(2.0, 3, 1000, 60.0, 0.05).endswith(
+        "evaluations after the baseline will take at most 5% of it (about 100 s): the final one (about 60 s) and "
+        "periodic ones while they fit")
