@@ -132,13 +132,14 @@ class SAGOEvaluator:
 
         ``generation=False`` (the Trainer callback's cheaper evaluations) runs no greedy decoding: only the axes
         of :meth:`set_axes` are computed, with values identical to a full evaluation's, and no accuracy; the
-        axes left out are listed per set in ``result.config["skipped_axes"]``."""
+        axes left out are listed per set in ``result.config["skipped_axes"]`` (absent from a complete one)."""
         configure_torch_threads()
         resolved = resolve_sets(sets)
         results = {name: self._evaluate_set(vs, progress, generation) for name, vs in resolved.items()}
         config = self.config.to_dict()
-        config["generation"] = generation
-        config["skipped_axes"] = {n: [a for a in self.config.axes if a not in r.axes] for n, r in results.items()}
+        if not generation:  # a complete evaluation's config stays as it was
+            config["generation"] = False
+            config["skipped_axes"] = {n: [a for a in self.config.axes if a not in r.axes] for n, r in results.items()}
         # What "auto" became, so that every output says how prompts were fed and answers matched.
         config["resolved"] = {
             "chat_template": self.chat_template,

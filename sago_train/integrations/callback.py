@@ -439,7 +439,8 @@ class SAGOCallback(TrainerCallback):
         if "wandb" in (args.report_to or []):
             details = {k: v for k, v in metrics.items() if k not in logged}
             settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,
-                        "overhead_budget": self.overhead_budget, "generation_every": self.generation_every, "sets": list(self.sets), **self.config.to_dict()}
+                        "overhead_budget": self.overhead_budget, "generation_every": self.generation_every,
+                        "sets": list(self.sets), **self.config.to_dict()}
             log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details,
                              settings=to_jsonable(settings))
         for listener in self._listeners:
