@@ -259,7 +259,9 @@ class SAGOCallback(TrainerCallback):
         An evaluation may run once ``evals + next_eval + final_eval <= overhead_budget * train_time``: the
         evaluations since the first training step (the baseline before it is a one-off set-up cost, reported
         by the cost line), this one at the last measured cost of its kind, and a reserve for the final one at
-        the last complete evaluation's cost. The step where that
+        the costliest complete evaluation so far (they grow as a model learns to answer); and once the
+        training since the last evaluation has earned this one (``next_eval / overhead_budget``), so that
+        evaluations are spread over the run instead of bunched where the budget frees up. The step where that
         holds is predicted from the measured time per step; at that step the prediction is checked again
         with fresh timings (the first steps of a run are slower than the rest), so the decision converges
         in a few looks. Times are measured on rank 0 and broadcast, so every rank evaluates at the same step
@@ -272,7 +274,8 @@ class SAGOCallback(TrainerCallback):
         # has run), and a reserve for the final one, which is always complete.
         full = self._clock.get("full", 0.0)
         upcoming = full if self._wants_generation(state, TrainerControl(), False) else self._clock.get("partial", full)
-        needed_s = (self._clock["eval"] - self._clock.get("baseline", 0.0) + upcoming + full) / self.overhead_budget
+        needed_s = max((self._clock["eval"] - self._clock.get("baseline", 0.0) + upcoming + full) / self.overhead_budget,
+                       self._clock.get("train_at_last", 0.0) + upcoming / self.overhead_budget)
         more = math.ceil((needed_s - train_s) / step_s)
         more = distributed.broadcast_object(more)
         if more <= 0:
@@ -390,6 +393,8 @@ class SAGOCallback(TrainerCallback):
             logger.warning("sago: evaluation at step %d skipped: %s", state.global_step, reason)
             return {}
         start = time.perf_counter()
+        if self._clock:
+            self._clock["train_at_last"] = start - self._clock["start"] - self._clock["eval"]
         self._attempted.add(state.global_step)
         generation = self._wants_generation(state, control, complete or not self._done)
         try:
@@ -410,7 +415,10 @@ class SAGOCallback(TrainerCallback):
             self._clock["eval"] += seconds
             if partial and "partial" not in self._clock and distributed.is_main_process():
                 logger.info(partial_cost_line(seconds, self._clock.get("full"), self.generation_every))
-            self._clock["partial" if partial else "full"] = seconds
+            if partial:
+                self._clock["partial"] = seconds
+            else:
+                self._clock["full"] = max(seconds, self._clock.get("full", 0.0))
         if self._clock and state.global_step == int(self._clock["step"]):
             self._clock["baseline"] = seconds  # before the first training step: a set-up cost, outside the budget
             if distributed.is_main_process():

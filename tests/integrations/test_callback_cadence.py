@@ -151,6 +151,9 @@ def test_early_stopping_on_a_generation_axis_counts_complete_evaluations_only(tm
     # 3 done (+ a complete one at 10 s): the next (index 3) skips generation, at its measured 2 s:
     # (12 + 2 + 10) / 0.05 = 480 s -> 140 steps
     ({0, 7, 8}, {"eval": 22.0, "baseline": 10.0, "full": 10.0, "partial": 2.0}, 140),
+    # spacing: the budget allows one now ((0.5 + 0.5 + 1) / 0.05 = 40 s), but the last evaluation was at 195 s
+    # of training and this one (0.5 s) needs 0.5 / 0.05 = 10 s of training after it: 205 s -> 3 steps
+    ({0, 7, 9}, {"eval": 1.5, "baseline": 1.0, "full": 1.0, "partial": 0.5, "train_at_last": 195.0}, 3),
 ])
 def test_automatic_cadence_budget_arithmetic(monkeypatch, done, clock, want_more):
     from transformers import TrainerState
