@@ -31,6 +31,7 @@ from ..io import release_run_lock
 from ..results.evaluation import Evaluation
 from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
+from .cadence import EvalClock
 from .early_stopping import check_target
 from .metrics import (
     RecordsWithoutInstability,
@@ -165,7 +166,7 @@ class SAGOCallback(TrainerCallback):
         self.failures: list[dict[str, Any]] = []
         self._auto = False
         self._next_auto: int | None = None
-        self._clock: dict[str, float] = {}
+        self._clock: EvalClock | None = None
         self._cost: dict[str, float] | None = None  # the cadence's planned cost, until its share can be said
         self._pending = False
         self._listeners: list[Any] = []
@@ -218,7 +219,7 @@ class SAGOCallback(TrainerCallback):
         self._check_listeners()
         self._auto = self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
-        self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0}
+        self._clock = EvalClock(time.perf_counter(), state.global_step)
         self._cost: dict[str, float] | None = None
         if main:
             ensure_console(logging.INFO)
@@ -256,27 +257,15 @@ class SAGOCallback(TrainerCallback):
     def _schedule_auto(self, state: TrainerState) -> bool:
         """Automatic cadence: is an evaluation due now? If not, when should we look again?
 
-        An evaluation may run once ``evals + next_eval + final_eval <= overhead_budget * train_time``: the
-        evaluations since the first training step (the baseline before it is a one-off set-up cost, reported
-        by the cost line), this one at the last measured cost of its kind, and a reserve for the final one at
-        the costliest complete evaluation so far (they grow as a model learns to answer); and once the
-        training since the last evaluation has earned this one (``next_eval / overhead_budget``), so that
-        evaluations are spread over the run instead of bunched where the budget frees up. The step where that
-        holds is predicted from the measured time per step; at that step the prediction is checked again
-        with fresh timings (the first steps of a run are slower than the rest), so the decision converges
-        in a few looks. Times are measured on rank 0 and broadcast, so every rank evaluates at the same step
-        (an evaluation runs collectives)."""
-        now = time.perf_counter()
-        steps = max(1, state.global_step - int(self._clock["step"]))
-        train_s = max(1e-9, now - self._clock["start"] - self._clock["eval"])
-        step_s = train_s / steps
-        # The next evaluation at its own kind's last measured cost (a complete one's until one without generation
-        # has run), and a reserve for the final one, which is always complete.
-        full = self._clock.get("full", 0.0)
-        upcoming = full if self._wants_generation(state, TrainerControl(), False) else self._clock.get("partial", full)
-        needed_s = max((self._clock["eval"] - self._clock.get("baseline", 0.0) + upcoming + full) / self.overhead_budget,
-                       self._clock.get("train_at_last", 0.0) + upcoming / self.overhead_budget)
-        more = math.ceil((needed_s - train_s) / step_s)
+        The step where the next evaluation fits the budget (:meth:`EvalClock.steps_until_due`) is predicted
+        from the measured time per step; at that step the prediction is checked again with fresh timings (the
+        first steps of a run are slower than the rest), so the decision converges in a few looks. Times are
+        measured on rank 0 and broadcast, so every rank evaluates at the same step (an evaluation runs
+        collectives)."""
+        if self._clock is None:  # set in on_train_begin, before any step
+            return False
+        more = self._clock.steps_until_due(time.perf_counter(), state.global_step, budget=self.overhead_budget,
+                                           complete_next=self._wants_generation(state, TrainerControl(), False))
         more = distributed.broadcast_object(more)
         if more <= 0:
             return True
@@ -285,7 +274,7 @@ class SAGOCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        if self._cost is not None and state.global_step - int(self._clock["step"]) >= 3:
+        if self._cost is not None and self._clock is not None and state.global_step - self._clock.step >= 3:
             self._say_cost_share(state)
         final = self.evaluate_at_end and (control.should_training_stop or state.global_step >= state.max_steps > 0)
         if final and state.global_step not in self._done and state.global_step not in self._attempted:
@@ -393,8 +382,8 @@ class SAGOCallback(TrainerCallback):
             logger.warning("sago: evaluation at step %d skipped: %s", state.global_step, reason)
             return {}
         start = time.perf_counter()
-        if self._clock:
-            self._clock["train_at_last"] = start - self._clock["start"] - self._clock["eval"]
+        if self._clock is not None:
+            self._clock.begin(start)
         self._attempted.add(state.global_step)
         generation = self._wants_generation(state, control, complete or not self._done)
         try:
@@ -411,19 +400,14 @@ class SAGOCallback(TrainerCallback):
             return {}
         seconds = time.perf_counter() - start
         partial = is_partial(result)
-        if self._clock:
-            self._clock["eval"] += seconds
-            if partial and "partial" not in self._clock and distributed.is_main_process():
-                logger.info(partial_cost_line(seconds, self._clock.get("full"), self.generation_every))
-            if partial:
-                self._clock["partial"] = seconds
-            else:
-                self._clock["full"] = max(seconds, self._clock.get("full", 0.0))
-        if self._clock and state.global_step == int(self._clock["step"]):
-            self._clock["baseline"] = seconds  # before the first training step: a set-up cost, outside the budget
-            if distributed.is_main_process():
+        clock = self._clock
+        if clock is not None:
+            at_start = state.global_step == clock.step  # the baseline: a set-up cost, outside the budget
+            if clock.add(seconds, partial=partial, at_start=at_start) and distributed.is_main_process():
+                logger.info(partial_cost_line(seconds, clock.full, self.generation_every))
+            if at_start and distributed.is_main_process():
                 self._say_cost(args, state, seconds)
-        if self._auto and state.global_step > int(self._clock["step"]):
+        if self._auto and clock is not None and state.global_step > clock.step:
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1
         evaluation = Evaluation.from_result(state.global_step, result)
@@ -469,16 +453,16 @@ class SAGOCallback(TrainerCallback):
                               generation_every=self.generation_every))
 
     def _say_cost_share(self, state: TrainerState) -> None:
-        cost, self._cost = self._cost, None
-        if cost is not None and distributed.is_main_process():
-            steps = state.global_step - int(self._clock["step"])
-            step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
+        cost, self._cost, clock = self._cost, None, self._clock
+        if cost is not None and clock is not None and distributed.is_main_process():
+            steps = state.global_step - clock.step
+            step_s = clock.train_seconds(time.perf_counter()) / steps
             if cost.get("auto"):
-                logger.info(auto_share_line(step_s, steps, state.max_steps - int(self._clock["step"]), cost["seconds"],
+                logger.info(auto_share_line(step_s, steps, state.max_steps - clock.step, cost["seconds"],
                                             self.overhead_budget))
                 return
-            logger.info(share_line(step_s, steps, state.max_steps - int(self._clock["step"]), int(cost["n"]),
-                                   cost["seconds"], n_full=int(cost["n_full"]), partial_s=self._clock.get("partial")))
+            logger.info(share_line(step_s, steps, state.max_steps - clock.step, int(cost["n"]), cost["seconds"],
+                                   n_full=int(cost["n_full"]), partial_s=clock.partial))
 
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
         if self.monitor is None:

@@ -140,35 +140,6 @@ def test_early_stopping_on_a_generation_axis_counts_complete_evaluations_only(tm
     assert [d["step"] for d in stopper.decisions] == complete
 
 
-@pytest.mark.parametrize("done, clock, want_more", [
-    # generation_every=2; 100 training steps in 200 s (2 s/step). The baseline (10 s) is outside the budget.
-    # 1 done: the next (index 1) skips generation, not measured yet -> at the complete cost:
-    # (0 + 10 + 10 final) / 0.05 = 400 s of training -> 200 s more -> 100 steps
-    ({0}, {"eval": 10.0, "baseline": 10.0, "full": 10.0}, 100),
-    # 2 done (baseline, one at 2 s without generation): the next (index 2) is complete:
-    # (2 + 10 + 10) / 0.05 = 440 s -> 120 steps
-    ({0, 7}, {"eval": 12.0, "baseline": 10.0, "full": 10.0, "partial": 2.0}, 120),
-    # 3 done (+ a complete one at 10 s): the next (index 3) skips generation, at its measured 2 s:
-    # (12 + 2 + 10) / 0.05 = 480 s -> 140 steps
-    ({0, 7, 8}, {"eval": 22.0, "baseline": 10.0, "full": 10.0, "partial": 2.0}, 140),
-    # spacing: the budget allows one now ((0.5 + 0.5 + 1) / 0.05 = 40 s), but the last evaluation was at 195 s
-    # of training and this one (0.5 s) needs 0.5 / 0.05 = 10 s of training after it: 205 s -> 3 steps
-    ({0, 7, 9}, {"eval": 1.5, "baseline": 1.0, "full": 1.0, "partial": 0.5, "train_at_last": 195.0}, 3),
-])
-def test_automatic_cadence_budget_arithmetic(monkeypatch, done, clock, want_more):
-    from transformers import TrainerState
-
-    from sago_train.integrations import callback as cb_mod
-
-    cb = SAGOCallback(variant_set(), generation_every=2)
-    cb._done = {s: {} for s in done}
-    cb._clock = {"start": 0.0, "step": 0, **clock}
-    monkeypatch.setattr(cb_mod.time, "perf_counter", lambda: 200.0 + clock["eval"])
-    state = TrainerState(global_step=100, max_steps=10_000)
-    assert cb._schedule_auto(state) is False
-    assert cb._next_auto == 100 + want_more
-
-
 def test_wandb_and_tensorboard_get_absent_keys_for_skipped_axes(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     from .._helpers.wandb_reader import history_rows
