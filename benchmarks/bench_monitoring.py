@@ -73,6 +73,7 @@ class _Timed:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.by_event: dict[str, float] = {}
 
     def wrap(self, cb):
         for name in ("on_init_end", "on_train_begin", "on_step_end", "on_evaluate", "on_train_end", "on_log"):
@@ -83,14 +84,18 @@ class _Timed:
                 try:
                     return _m(*a, **k)
                 finally:
-                    self.seconds += time.perf_counter() - t
+                    dt = time.perf_counter() - t
+                    self.seconds += dt
+                    self.by_event[_m.__name__] = self.by_event.get(_m.__name__, 0.0) + dt
 
             setattr(cb, name, timed)
         return cb
 
 
 def run(steps: int, monitor: bool, out: str, model_name: str | None = None,
-        options: dict | None = None, device: str = "cpu", bf16: bool = False) -> tuple[float, int, float]:
+        options: dict | None = None, device: str = "cpu", bf16: bool = False) -> dict:
+    """One fine-tune: its wall time, and for a monitored one the callback's time (all of it, and the baseline's
+    part: on_train_begin) and each evaluation of the history (step, seconds, complete or not)."""
     import peft
     from transformers import Trainer, TrainingArguments
 
@@ -119,11 +124,44 @@ def run(steps: int, monitor: bool, out: str, model_name: str | None = None,
     t = time.perf_counter()
     tr.train()
     elapsed = time.perf_counter() - t
-    n_evals = 0
     hist = Path(out) / "sago" / "history.jsonl"
-    if monitor and hist.exists():
-        n_evals = len(hist.read_text().splitlines())
-    return elapsed, n_evals, timer.seconds
+    evals = [json.loads(x) for x in hist.read_text().splitlines()] if monitor and hist.exists() else []
+    return {"elapsed": elapsed, "callback": timer.seconds, "baseline": timer.by_event.get("on_train_begin", 0.0),
+            "evals": [(h["step"], h["runtime_s"], "skipped_axes" not in h) for h in evals]}
+
+
+def cost_split(model_name: str | None, options: dict, repeats: int, device: str = "cpu") -> None:
+    """One evaluation of the monitoring sets with and without generation (interleaved, medians): the share
+    of an evaluation that ``generation_every`` saves on the evaluations that skip generation."""
+    import peft
+
+    from sago_train import SAGOEvaluator
+    from sago_train.data import VariantSet
+    from sago_train.model.loading import load_model_and_tokenizer
+    from sago_train.model.tiny import tiny_model_path
+
+    model, tok = load_model_and_tokenizer(model_name or tiny_model_path(), device=device)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                                       lora_dropout=0.0))
+    demo = ASSETS / ("demo-real" if model_name else "demo")
+    sets = {n: VariantSet.from_jsonl(demo / f"{n}.jsonl", name=n) for n in ("paraphrase", "format", "typo")}
+    from sago_train.integrations.callback import SAGOCallback
+
+    config = SAGOCallback(sets, **options).config  # the callback's resolved settings (its max_groups default)
+    ev = SAGOEvaluator(model, tok, config=config)
+    ev.evaluate(sets, generation=False)  # warm-up
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeats):
+        for gen in (True, False):
+            t = time.perf_counter()
+            ev.evaluate(sets, generation=gen)
+            times[gen].append(time.perf_counter() - t)
+    full, cheap = statistics.median(times[True]), statistics.median(times[False])
+    n = sum(min(len(v), config.max_groups or len(v)) for v in sets.values())
+    print(f"one evaluation of {model_name or 'the shipped tiny model'} (LoRA) on {n} groups, max_new_tokens="
+          f"{config.max_new_tokens}, threads={__import__('torch').get_num_threads()}: full {full:.1f} s "
+          f"(runs {', '.join(f'{x:.1f}' for x in times[True])}), without generation {cheap:.1f} s "
+          f"(runs {', '.join(f'{x:.1f}' for x in times[False])}); generation's share {100 * (1 - cheap / full):.0f}%")
 
 
 def main() -> None:
@@ -136,35 +174,52 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="train with bf16 mixed precision")
     ap.add_argument("--max-groups", type=int, default=None, help="SAGOCallback max_groups (default: its own)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="SAGOCallback max_new_tokens (default: its own)")
+    ap.add_argument("--no-unmonitored", action="store_true",
+                    help="skip the runs without the callback (the in-run share needs only the monitored runs)")
+    ap.add_argument("--split", type=int, default=0, metavar="N",
+                    help="only measure one evaluation with and without generation, N times each, and exit")
     args = ap.parse_args()
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
     options = {k: v for k, v in (("max_groups", args.max_groups), ("max_new_tokens", args.max_new_tokens)) if v}
+    if args.split:
+        cost_split(args.model, options, args.split, args.device)
+        return
     name = args.model
     times: dict[str, list[float]] = {"off": [], "on": []}
-    evals, inside = [], []
+    runs = []
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
         run(2, True, f"{d}/warm", name, {**options, "max_groups": 2}, args.device, args.bf16)  # imports and lazy initialisation
         for i in range(args.repeats):
-            times["off"].append(run(args.steps, False, f"{d}/off{i}", name, None, args.device, args.bf16)[0])
-            t, n, cb_s = run(args.steps, True, f"{d}/on{i}", name, options, args.device, args.bf16)
-            times["on"].append(t)
-            evals.append(n)
-            inside.append(cb_s / (t - cb_s))
-    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+            if not args.no_unmonitored:
+                times["off"].append(run(args.steps, False, f"{d}/off{i}", name, None, args.device, args.bf16)["elapsed"])
+            r = run(args.steps, True, f"{d}/on{i}", name, options, args.device, args.bf16)
+            times["on"].append(r["elapsed"])
+            runs.append(r)
     print(f"LoRA fine-tune of {name or 'the shipped tiny model'}: {args.steps} steps, batch 8, "
-          f"threads={torch.get_num_threads()}, repeats={args.repeats}, callback options {options or 'default'}")
-    print(f"  without SAGOCallback: median {off:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['off'])}")
-    print(f"  with SAGOCallback   : median {on:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['on'])}  "
-          f"evaluations per run: {evals}")
-    overhead = on / off - 1
-    in_run = statistics.median(inside)
+          f"threads={torch.get_num_threads()}, repeats={args.repeats}, callback options {options or 'default'}; "
+          f"load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f} (on {os.cpu_count()} CPUs)")
+    for i, r in enumerate(runs):
+        train = r["elapsed"] - r["callback"]
+        evs = ", ".join(f"step {s} {t:.1f} s{'' if full else ' (no generation)'}" for s, t, full in r["evals"])
+        print(f"  monitored run {i}: {r['elapsed']:.1f} s wall, training {train:.1f} s ({train / args.steps:.2f} s/step), "
+              f"callback {r['callback']:.1f} s of which the baseline {r['baseline']:.1f} s; evaluations: {evs}")
+    inside = [r["callback"] / (r["elapsed"] - r["callback"]) for r in runs]
+    after = [(r["callback"] - r["baseline"]) / (r["elapsed"] - r["callback"]) for r in runs]
+    in_run, in_run_after = statistics.median(inside), statistics.median(after)
     print(f"time inside SAGOCallback / the rest of the same run: {100 * in_run:.1f}% "
           f"(runs: {', '.join(f'{100 * x:.1f}%' for x in inside)}) (target <= 5%) {'OK' if in_run <= 0.05 else 'MISSED'}")
-    print(f"wall-time ratio of the medians, monitored vs not: {100 * overhead:+.1f}% (between-run noise on this "
-          f"machine: the unmonitored runs spread {100 * (max(times['off']) / min(times['off']) - 1):.1f}%)")
+    print(f"the same without the baseline (a set-up cost before the first step): {100 * in_run_after:.1f}% "
+          f"(runs: {', '.join(f'{100 * x:.1f}%' for x in after)}) {'OK' if in_run_after <= 0.05 else 'MISSED'}")
+    if times["off"]:
+        off, on = statistics.median(times["off"]), statistics.median(times["on"])
+        print(f"  without SAGOCallback: median {off:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['off'])}")
+        print(f"  with SAGOCallback   : median {on:7.2f} s  runs: {', '.join(f'{x:.2f}' for x in times['on'])}")
+        print(f"wall-time ratio of the medians, monitored vs not: {100 * (on / off - 1):+.1f}% (between-run noise on "
+              f"this machine: the unmonitored runs spread {100 * (max(times['off']) / min(times['off']) - 1):.1f}%)")
 
 
 if __name__ == "__main__":

@@ -231,6 +231,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         try:
             callbacks.append(SAGOCallback(sets, eval_steps=recipe.monitor.eval_steps, baseline=recipe.monitor.baseline,
                                           overhead_budget=recipe.monitor.overhead_budget, overwrite=overwrite,
+                                          generation_every=recipe.monitor.generation_every,
                                           log_level=recipe.monitor.log_level,
                                           config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
         except SagoInputError as err:

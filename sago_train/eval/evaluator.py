@@ -16,7 +16,7 @@ from .. import distributed
 from ..data.groups import VariantGroup, VariantSet, too_long_variant
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError, short_repr
-from ..functional.axes import AxisValue, GroupInputs, add_partials, get_axis, variant_correct
+from ..functional.axes import Axis, AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from ..functional.axes.correctness import resolve_match_mode
 from ..functional.findings import split_halves
 from ..functional.similarity import get_similarity
@@ -42,9 +42,10 @@ def _variant_text(variant: Any) -> str:
 
 
 def select_groups(vs: VariantSet, max_groups: int | None, seed: int) -> list[int]:
-    """Indices of the groups to evaluate: all, or a seeded subset that is the same at every evaluation."""
+    """Indices of the groups to evaluate: all (``max_groups`` None or 0), or a seeded subset that depends only
+    on the seed, the set's name and its size, so it is the same at every evaluation and after a resume."""
     n = len(vs)
-    if max_groups is None or max_groups >= n:
+    if not max_groups or max_groups >= n:
         return list(range(n))
     return sorted(random.Random(f"sago-subset:{seed}:{vs.name}").sample(range(n), max_groups))
 
@@ -104,23 +105,41 @@ class SAGOEvaluator:
             self._similarity = get_similarity(self.config.similarity, embedding_model=self.config.embedding_model)
         return self._similarity
 
-    def _needs_generation(self, groups: list[VariantGroup]) -> bool:
+    def _needs_generation(self, groups: list[VariantGroup], generation: bool = True) -> bool:
+        if not generation:
+            return False
         if "generations" in self.needs:
             return True
         if "logprobs" in self.needs and any(g.reference is None for g in groups):
             return True  # r falls back to the canonical variant's greedy output
         return any(g.reference is not None or g.choices is not None for g in groups)  # correctness
 
+    def set_axes(self, groups: list[VariantGroup], generation: bool = True) -> list[Axis]:
+        """The axes computed on ``groups``: all of them, or with ``generation=False`` those that need no greedy
+        output: generation and mirroring are left out, and confidence too when a group has no reference (its
+        r is then the canonical variant's greedy output)."""
+        if generation:
+            return self.axes
+        no_ref = any(g.reference is None for g in groups)
+        return [a for a in self.axes if "generations" not in a.needs and not ("logprobs" in a.needs and no_ref)]
+
     # ------------------------------------------------------------------ evaluation
     def evaluate(
-        self, sets: SetsLike, *, progress: Callable[[int], None] | None = None
+        self, sets: SetsLike, *, progress: Callable[[int], None] | None = None, generation: bool = True
     ) -> EvalResult:
         """Evaluate every set; under ``torch.distributed`` groups are sharded across ranks and gathered, so
-        every rank returns the same full result."""
+        every rank returns the same full result.
+
+        ``generation=False`` (the Trainer callback's cheaper evaluations) runs no greedy decoding: only the axes
+        of :meth:`set_axes` are computed, with values identical to a full evaluation's, and no accuracy; the
+        axes left out are listed per set in ``result.config["skipped_axes"]`` (absent from a complete one)."""
         configure_torch_threads()
         resolved = resolve_sets(sets)
-        results = {name: self._evaluate_set(vs, progress) for name, vs in resolved.items()}
+        results = {name: self._evaluate_set(vs, progress, generation) for name, vs in resolved.items()}
         config = self.config.to_dict()
+        if not generation:  # a complete evaluation's config stays as it was
+            config["generation"] = False
+            config["skipped_axes"] = {n: [a for a in self.config.axes if a not in r.axes] for n, r in results.items()}
         # What "auto" became, so that every output says how prompts were fed and answers matched.
         config["resolved"] = {
             "chat_template": self.chat_template,
@@ -130,26 +149,28 @@ class SAGOEvaluator:
         result.warnings = degenerate_warnings(result)
         return result
 
-    def count_sequences(self, sets: SetsLike) -> int:
+    def count_sequences(self, sets: SetsLike, generation: bool = True) -> int:
         """How many sequences (variants x passes) an evaluation processes on this rank, for progress bars."""
         total = 0
         for vs in resolve_sets(sets).values():
             idx = select_groups(vs, self.config.max_groups, self.config.seed)
             mine = [idx[i] for i in distributed.shard_indices(len(idx))]
             k = sum(vs[i].k for i in mine)
-            passes = int(self._needs_generation([vs[i] for i in mine])) + int(
-                bool(self.needs & {"hidden", "logprobs"})
+            needs = set().union(*(a.needs for a in self.set_axes([vs[i] for i in idx], generation)))
+            passes = int(self._needs_generation([vs[i] for i in mine], generation)) + int(
+                bool(needs & {"hidden", "logprobs"})
             )
             total += k * passes
         return total
 
-    def _evaluate_set(self, vs: VariantSet, progress: Callable[[int], None] | None) -> SetResult:
+    def _evaluate_set(self, vs: VariantSet, progress: Callable[[int], None] | None, generation: bool) -> SetResult:
         cfg = self.config
         chosen = select_groups(vs, cfg.max_groups, cfg.seed)
         mine = [chosen[i] for i in distributed.shard_indices(len(chosen))]
         # Decided on the whole selection, not the shard, so every rank makes the same collective calls.
-        need_generation = self._needs_generation([vs[i] for i in chosen])
-        local, skipped, totals = self._evaluate_groups(vs, mine, need_generation, progress)
+        need_generation = self._needs_generation([vs[i] for i in chosen], generation)
+        axes = self.set_axes([vs[i] for i in chosen], generation)
+        local, skipped, totals = self._evaluate_groups(vs, mine, need_generation, progress, axes)
         gathered = distributed.gather_objects(local)
         skipped_all = distributed.gather_objects([skipped])
         # Set-level axes: each rank sums its groups' statistics; the per-rank sums are gathered here (the
@@ -161,7 +182,7 @@ class SAGOEvaluator:
             for reason, count in part.items():
                 skip_counts[reason] = skip_counts.get(reason, 0) + count
         set_level: dict[str, dict[str, Any]] = {}
-        for axis in self.axes:
+        for axis in axes:
             if axis.set_level is None:
                 continue
             total = None
@@ -180,7 +201,7 @@ class SAGOEvaluator:
         groups = [g for _, g, _ in gathered]
         out = SetResult(
             vs.name,
-            list(cfg.axes),
+            [a.name for a in axes],
             groups,
             vs.kinds,
             skip_counts,
@@ -201,8 +222,10 @@ class SAGOEvaluator:
         indices: list[int],
         need_generation: bool,
         progress: Callable[[int], None] | None,
+        axes: list[Axis],
     ) -> tuple[list[tuple[int, GroupResult, dict[str, Any]]], dict[str, int], dict[str, Any]]:
         cfg = self.config
+        needs = set().union(*(a.needs for a in axes))
         tok = self.tokenizer
         ctx = context_length(self.model) or MAX_VARIANT_TOKENS
         groups: list[tuple[int, VariantGroup, list[list[int]]]] = []
@@ -240,7 +263,7 @@ class SAGOEvaluator:
         extractor = Extractor(
             self.model,
             tok,
-            layers=self.layers if "hidden" in self.needs else [],
+            layers=self.layers if "hidden" in needs else [],
             pooling=cfg.prompt_pooling,
             batch_size=cfg.batch_size,
             max_new_tokens=cfg.max_new_tokens,
@@ -257,8 +280,8 @@ class SAGOEvaluator:
         # One prefill per batch serves generation, activations and the confidence of every group whose
         # reference is known; r = the canonical variant's greedy output needs generation first, so those
         # groups' continuations are scored in a second, scoring-only pass.
-        want_hidden = "hidden" in self.needs
-        want_lp = "logprobs" in self.needs
+        want_hidden = "hidden" in needs
+        want_lp = "logprobs" in needs
         known: list[list[int] | None] | None = None
         if want_lp:
             known = []
@@ -319,10 +342,10 @@ class SAGOEvaluator:
                 hidden=hidden[sl] if hidden is not None else None,
                 layers=self.layers if hidden is not None else None,
                 logprobs=logprobs[sl] if logprobs is not None else None,
-                similarity=self.similarity if "generations" in self.needs else None,
+                similarity=self.similarity if "generations" in needs else None,
             )
             split = split_halves(g.k, g.id, cfg.seed)
-            axes, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals)
+            values, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals, axes)
             correct = None
             if outs is not None and (g.reference is not None or g.choices is not None):
                 per = [
@@ -345,7 +368,7 @@ class SAGOEvaluator:
                         outputs=outs,
                         reference=g.reference,
                         scored_reference=r,
-                        axes=axes,
+                        axes=values,
                         per_variant=per_variant,
                         logprobs=lp,
                         correct=correct,
@@ -359,30 +382,31 @@ class SAGOEvaluator:
         return results, skipped, totals
 
     def _axis_values(
-        self, inputs: GroupInputs, split: tuple[list[int], list[int]] | None, totals: dict[str, Any]
+        self, inputs: GroupInputs, split: tuple[list[int], list[int]] | None, totals: dict[str, Any],
+        axes: list[Axis],
     ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float], dict[str, list[float]], dict[str, Any]]:
         """Every axis on one group, and on each half of its variants (for split-half reliability, SPEC
         "Findings"). A set-level axis adds the group's statistics to ``totals`` (the halves' do not: a half is
         measured against the whole set) and leaves its values pending."""
-        axes: dict[str, float] = {}
+        values: dict[str, float] = {}
         per_variant: dict[str, list[float]] = {}
         extra: dict[str, float] = {}
         halves: dict[str, list[float]] = {}
         pending: dict[str, Any] = {}
         subsets = [_subset(inputs, idx) for idx in split] if split is not None else []
-        for axis in self.axes:
+        for axis in axes:
             value = axis.fn(inputs)
             half_values = [axis.fn(sub) for sub in subsets]
             if axis.set_level is not None:
                 totals[axis.name] = add_partials(totals.get(axis.name), value.partial)
                 pending[axis.name] = (AxisValue(value.value, value.per_variant, pending=value.pending),
                                       [AxisValue(h.value, h.per_variant, pending=h.pending) for h in half_values])
-            axes[axis.name] = value.value
+            values[axis.name] = value.value
             per_variant[axis.name] = value.per_variant
             extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
             if half_values:
                 halves[axis.name] = [h.value for h in half_values]
-        return axes, per_variant, extra, halves, pending
+        return values, per_variant, extra, halves, pending
 
 
 def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:

@@ -11,6 +11,7 @@ Trainer does not hand callbacks to itself, and this callback does not look for i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -23,21 +24,32 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError
-from ..eval.config import SAGOConfig
+from ..eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
 from ..eval.evaluator import SAGOEvaluator
 from ..functional.stats import to_jsonable
 from ..io import release_run_lock
 from ..results.evaluation import Evaluation
 from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
+from .cadence import EvalClock
 from .early_stopping import check_target
-from .metrics import evaluation_metrics, headline_metrics, history_entry
+from .metrics import (
+    RecordsWithoutInstability,
+    evaluation_metrics,
+    headline_metrics,
+    history_entry,
+    is_partial,
+    partial_evaluation,
+)
 from .monitor import MonitorState
 from .options import LOG_LEVELS, CallbackOptions, MonitorOptions
 from .progress import (
+    auto_share_line,
     cost_line,
     ensure_console,
     evaluation_progress,
+    partial_cost_line,
+    planned_complete,
     planned_evaluations,
     share_line,
 )
@@ -57,9 +69,17 @@ class SAGOCallback(TrainerCallback):
         baseline: evaluate once before the first training step; later evaluations report their paired
             change against it (``..._vs_baseline``) and against the best evaluation so far (``..._vs_best``).
         overhead_budget: for the automatic cadence, the share of training wall time that evaluations may take,
-            the baseline and the final one included (0.05 = 5%); the next step is re-estimated after every
-            evaluation from measured times. A run shorter than about ``2 * eval_time / budget`` gets only the
-            baseline and the final evaluation.
+            the final one included (0.05 = 5%); the baseline, before the first step, is a one-off set-up cost
+            outside the budget (the cost line after it says what it took). The next step is re-estimated after
+            every evaluation from measured times. A run shorter than about ``(eval_time + final_time) / budget``
+            gets only the baseline and the final evaluation.
+        generation_every: compute the axes that need greedy generation (generation, mirroring, accuracy, and
+            confidence on groups without a reference) only at every N-th evaluation (counted from the baseline,
+            also across a resume); the others compute the remaining axes, with identical values, without
+            decoding. The baseline and the final evaluation are always complete (except when early stopping
+            stops training at an evaluation without generation: that one is the last). An evaluation without
+            generation has no ``instability`` (a mean over fewer axes would not compare), its comparisons cover
+            the axes it has, and early stopping on a skipped axis only counts the evaluations that have it.
         log_level: ``"default"``: each evaluation logs, per set, the axis means, ``instability`` and accuracy, plus
             the overall instability and the runtime; CI bounds, p-values, ``_vs_baseline`` / ``_vs_best`` and
             set-level figures go to ``history.jsonl`` and the W&B summary and tables only. ``"full"``: all of them
@@ -80,6 +100,8 @@ class SAGOCallback(TrainerCallback):
             skipped evaluation in ``failures`` instead of failing at train start.
         **options: evaluation options of ``sago-train eval`` (:class:`SAGOConfig` fields: ``axes``,
             ``layers``, ``pooling``, ``similarity``, ``max_new_tokens``, ``batch_size``, ``max_groups``, ``seed``...).
+            ``max_groups`` not given (None) means 64 groups per set here (a seeded subset, the same at every
+            evaluation), not every group as for ``sago-train eval``; ``max_groups=0`` evaluates every group.
 
     Example:
         >>> from transformers import Trainer
@@ -96,6 +118,7 @@ class SAGOCallback(TrainerCallback):
         eval_steps: int | None = MonitorOptions.eval_steps,
         baseline: bool = MonitorOptions.baseline,
         overhead_budget: float = MonitorOptions.overhead_budget,
+        generation_every: int = MonitorOptions.generation_every,
         log_level: str = MonitorOptions.log_level,
         raise_on_error: bool = CallbackOptions.raise_on_error,
         trainer: Any = None,
@@ -109,7 +132,14 @@ class SAGOCallback(TrainerCallback):
         **options: Any,
     ) -> None:
         self.sets = resolve_sets(sets)
-        self.config = config if config is not None else SAGOConfig.from_kwargs(**options)
+        config = config if config is not None else SAGOConfig.from_kwargs(**options)
+        if config.max_groups is None:  # the in-training default: every evaluation costs training time
+            config = dataclasses.replace(config, max_groups=IN_TRAINING_MAX_GROUPS)
+        self.config = config
+        if isinstance(generation_every, bool) or not isinstance(generation_every, int) or generation_every < 1:
+            raise SagoInputError(f"expected a positive integer, got {generation_every!r}", key="generation_every",
+                                 hint="1 computes every axis at every evaluation")
+        self.generation_every = generation_every
         if eval_steps is not None and (not isinstance(eval_steps, int) or eval_steps < 1):
             raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
         self.eval_steps = eval_steps
@@ -136,7 +166,7 @@ class SAGOCallback(TrainerCallback):
         self.failures: list[dict[str, Any]] = []
         self._auto = False
         self._next_auto: int | None = None
-        self._clock: dict[str, float] = {}
+        self._clock: EvalClock | None = None
         self._cost: dict[str, float] | None = None  # the cadence's planned cost, until its share can be said
         self._pending = False
         self._listeners: list[Any] = []
@@ -196,12 +226,12 @@ class SAGOCallback(TrainerCallback):
         self._check_listeners()
         self._auto = self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
-        self._clock = {"start": time.perf_counter(), "step": state.global_step, "eval": 0.0, "last_eval": 0.0}
+        self._clock = EvalClock(time.perf_counter(), state.global_step)
         self._cost: dict[str, float] | None = None
         if main:
             ensure_console(logging.INFO)
         if self.baseline and state.global_step not in self._done and not resumed:
-            self._evaluate(args, state, control, kwargs)
+            self._evaluate(args, state, control, kwargs, complete=True)
 
     def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
         return find_tokenizer(self.tokenizer, kwargs, self.trainer)
@@ -234,18 +264,15 @@ class SAGOCallback(TrainerCallback):
     def _schedule_auto(self, state: TrainerState) -> bool:
         """Automatic cadence: is an evaluation due now? If not, when should we look again?
 
-        An evaluation may run once ``eval_total + 2 * last_eval <= overhead_budget * train_time`` (all
-        evaluation time, the baseline included, plus a reserve for the final one). The step where that
-        holds is predicted from the measured time per step; at that step the prediction is checked again
-        with fresh timings (the first steps of a run are slower than the rest), so the decision converges
-        in a few looks. Times are measured on rank 0 and broadcast, so every rank evaluates at the same step
-        (an evaluation runs collectives)."""
-        now = time.perf_counter()
-        steps = max(1, state.global_step - int(self._clock["step"]))
-        train_s = max(1e-9, now - self._clock["start"] - self._clock["eval"])
-        step_s = train_s / steps
-        needed_s = (self._clock["eval"] + 2 * self._clock["last_eval"]) / self.overhead_budget
-        more = math.ceil((needed_s - train_s) / step_s)
+        The step where the next evaluation fits the budget (:meth:`EvalClock.steps_until_due`) is predicted
+        from the measured time per step; at that step the prediction is checked again with fresh timings (the
+        first steps of a run are slower than the rest), so the decision converges in a few looks. Times are
+        measured on rank 0 and broadcast, so every rank evaluates at the same step (an evaluation runs
+        collectives)."""
+        if self._clock is None:  # set in on_train_begin, before any step
+            return False
+        more = self._clock.steps_until_due(time.perf_counter(), state.global_step, budget=self.overhead_budget,
+                                           complete_next=self._wants_generation(state, TrainerControl(), False))
         more = distributed.broadcast_object(more)
         if more <= 0:
             return True
@@ -254,7 +281,7 @@ class SAGOCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        if self._cost is not None and state.global_step - int(self._clock["step"]) >= 3:
+        if self._cost is not None and self._clock is not None and state.global_step - self._clock.step >= 3:
             self._say_cost_share(state)
         final = self.evaluate_at_end and (control.should_training_stop or state.global_step >= state.max_steps > 0)
         if final and state.global_step not in self._done and state.global_step not in self._attempted:
@@ -263,7 +290,7 @@ class SAGOCallback(TrainerCallback):
             if control.should_evaluate:
                 self._pending = True
             else:
-                self._evaluate(args, state, control, kwargs)
+                self._evaluate(args, state, control, kwargs, complete=True)
             return
         if self._auto:
             if self._next_auto is not None and state.global_step < self._next_auto:
@@ -315,18 +342,27 @@ class SAGOCallback(TrainerCallback):
             if not self.evaluate_at_end or self.monitor is None or args.load_best_model_at_end:
                 return
             if state.global_step not in self._done and state.global_step not in self._attempted:
-                self._evaluate(args, state, control, kwargs)
+                self._evaluate(args, state, control, kwargs, complete=True)
         finally:
             self._release_lock()
 
     # ------------------------------------------------------------------ evaluation
-    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int) -> EvalResult:
+    def _wants_generation(self, state: TrainerState, control: TrainerControl, complete: bool) -> bool:
+        """Whether this evaluation computes the generation-based axes: the baseline (the first evaluation), the
+        final one, and every ``generation_every``-th counted from the first (the count survives a resume: it
+        is the number of evaluations in the history)."""
+        final = control.should_training_stop or state.global_step >= state.max_steps > 0
+        return complete or final or len(self._done) % self.generation_every == 0
+
+    def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int,
+                       generation: bool = True) -> EvalResult:
         config = self.config
         while True:
             evaluator = SAGOEvaluator(model, tokenizer, config=config)
-            tick, bar = evaluation_progress(evaluator, self.sets, step, disable_bar=args.disable_tqdm, say=logger.info)
+            tick, bar = evaluation_progress(evaluator, self.sets, step, disable_bar=args.disable_tqdm, say=logger.info,
+                                            generation=generation)
             try:
-                return evaluator.evaluate(self.sets, progress=tick)
+                return evaluator.evaluate(self.sets, progress=tick, generation=generation)
             except RuntimeError as err:
                 # Under torch.distributed a retry on one rank would leave the others waiting in a collective.
                 if not is_oom(err) or config.batch_size == 1 or distributed.world_size() > 1:
@@ -342,7 +378,7 @@ class SAGOCallback(TrainerCallback):
                     bar.close()
 
     def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                  kwargs: dict[str, Any]) -> dict[str, float]:
+                  kwargs: dict[str, Any], complete: bool = False) -> dict[str, float]:
         model = kwargs.get("model")
         tokenizer, _ = self._find_tokenizer(kwargs)
         if model is None or tokenizer is None or self.monitor is None:
@@ -353,10 +389,13 @@ class SAGOCallback(TrainerCallback):
             logger.warning("sago: evaluation at step %d skipped: %s", state.global_step, reason)
             return {}
         start = time.perf_counter()
+        if self._clock is not None:
+            self._clock.begin(start)
         self._attempted.add(state.global_step)
+        generation = self._wants_generation(state, control, complete or not self._done)
         try:
             with RNGGuard():
-                result = self._run_evaluator(model, tokenizer, args, state.global_step)
+                result = self._run_evaluator(model, tokenizer, args, state.global_step, generation)
         except Exception as err:  # noqa: BLE001 - monitoring must never cost the training run
             if self.raise_on_error or distributed.world_size() > 1:
                 # With several processes the other ranks may be waiting in a collective of this evaluation:
@@ -367,15 +406,20 @@ class SAGOCallback(TrainerCallback):
                          state.global_step, type(err).__name__, err, exc_info=True)
             return {}
         seconds = time.perf_counter() - start
-        if self._clock:
-            self._clock["eval"] += seconds
-            self._clock["last_eval"] = seconds
-        if self._clock and state.global_step == int(self._clock["step"]) and distributed.is_main_process():
-            self._say_cost(args, state, seconds)
-        if self._auto and state.global_step > int(self._clock["step"]):
+        partial = is_partial(result)
+        clock = self._clock
+        if clock is not None:
+            at_start = state.global_step == clock.step  # the baseline: a set-up cost, outside the budget
+            if clock.add(seconds, partial=partial, at_start=at_start) and distributed.is_main_process():
+                logger.info(partial_cost_line(seconds, clock.full, self.generation_every))
+            if at_start and distributed.is_main_process():
+                self._say_cost(args, state, seconds)
+        if self._auto and clock is not None and state.global_step > clock.step:
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1
         evaluation = Evaluation.from_result(state.global_step, result)
+        if partial:
+            evaluation = partial_evaluation(evaluation)
         compare = self.monitor.compare(evaluation, alpha_seed=self.config.seed)
         self.monitor.observe(evaluation)
         self.last_result = result
@@ -394,7 +438,8 @@ class SAGOCallback(TrainerCallback):
         if "wandb" in (args.report_to or []):
             details = {k: v for k, v in metrics.items() if k not in logged}
             settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,
-                        "overhead_budget": self.overhead_budget, "sets": list(self.sets), **self.config.to_dict()}
+                        "overhead_budget": self.overhead_budget, "generation_every": self.generation_every,
+                        "sets": list(self.sets), **self.config.to_dict()}
             log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details,
                              settings=to_jsonable(settings))
         for listener in self._listeners:
@@ -407,16 +452,24 @@ class SAGOCallback(TrainerCallback):
             max_steps=state.max_steps, start_step=state.global_step, eval_steps=self.eval_steps,
             trainer_strategy=str(getattr(args.eval_strategy, "value", args.eval_strategy)),
             trainer_eval_steps=args.eval_steps, epochs=args.num_train_epochs, at_end=self.evaluate_at_end)
-        self._cost = None if n is None else {"n": n, "seconds": seconds}
-        logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget))
+        n_full = None if n is None else planned_complete(n, len(self._done) + 1, self.generation_every)
+        self._cost = None if n is None else {"n": n, "seconds": seconds, "n_full": n_full}
+        if n is None and self._auto and state.max_steps > 0:  # the automatic cadence: say whether it can fit
+            self._cost = {"n": 0, "seconds": seconds, "n_full": 0, "auto": 1.0}
+        logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget, n_full=n_full,
+                              generation_every=self.generation_every))
 
     def _say_cost_share(self, state: TrainerState) -> None:
-        cost, self._cost = self._cost, None
-        if cost is not None and distributed.is_main_process():
-            steps = state.global_step - int(self._clock["step"])
-            step_s = max(1e-9, time.perf_counter() - self._clock["start"] - self._clock["eval"]) / steps
-            logger.info(share_line(step_s, steps, state.max_steps - int(self._clock["step"]), int(cost["n"]),
-                                   cost["seconds"]))
+        cost, self._cost, clock = self._cost, None, self._clock
+        if cost is not None and clock is not None and distributed.is_main_process():
+            steps = state.global_step - clock.step
+            step_s = clock.train_seconds(time.perf_counter()) / steps
+            if cost.get("auto"):
+                logger.info(auto_share_line(step_s, steps, state.max_steps - clock.step, cost["seconds"],
+                                            self.overhead_budget))
+                return
+            logger.info(share_line(step_s, steps, state.max_steps - clock.step, int(cost["n"]), cost["seconds"],
+                                   n_full=int(cost["n_full"]), partial_s=clock.partial))
 
     def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
         if self.monitor is None:
@@ -425,7 +478,8 @@ class SAGOCallback(TrainerCallback):
         entry = history_entry(state.global_step, float(state.epoch or 0.0), result, compare, seconds, is_baseline)
         try:
             # Group records first: a history line never points at records that are not on disk.
-            self.monitor.record(state.global_step, result, to_jsonable(entry))
+            self.monitor.record(state.global_step, RecordsWithoutInstability(result) if is_partial(result) else result,
+                                to_jsonable(entry))
         except OSError as err:
             logger.error("sago: could not write the evaluation history (%s); training continues", err)
             self.failures.append({"step": state.global_step, "error": f"OSError: {err}"})

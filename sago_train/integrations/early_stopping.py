@@ -74,7 +74,9 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     checkpoint. With ``load_best_model_at_end=True`` and ``metric_for_best_model`` naming this ``metric``, the
     best *is* the Trainer's (``state.best_global_step``, confirmed when the Trainer saves), so an evaluation the
     Trainer did not checkpoint (e.g. a SAGO-only final evaluation) never becomes it. It works with a
-    :class:`SAGOCallback` in the same Trainer, and its state survives checkpoint and resume.
+    :class:`SAGOCallback` in the same Trainer, and its state survives checkpoint and resume. Watching an axis
+    that needs generation (or ``instability``) with ``SAGOCallback(generation_every=N)``, N > 1: only the
+    evaluations that compute it count, so ``patience`` counts those.
 
     Example:
         >>> stopper = SAGOEarlyStoppingCallback("sago/paraphrase/activation", patience=2, alpha=0.05)
@@ -229,7 +231,12 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     def on_sago_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
                          result: Any, evaluation: Evaluation, **kwargs: Any) -> None:
-        """Called by :class:`SAGOCallback` after each evaluation."""
+        """Called by :class:`SAGOCallback` after each evaluation. An evaluation without the watched quantity (one
+        without generation, see ``SAGOCallback(generation_every=...)``) does not count: no decision, the
+        counter unchanged."""
+        skipped = (getattr(result, "config", None) or {}).get("skipped_axes") or {}
+        if self.axis not in evaluation.summaries.get(self.set_name, {}) and skipped.get(self.set_name):
+            return
         check_target(self.set_name, self.axis, evaluation.sets, evaluation.summaries.get(self.set_name, {}))
         by_id = evaluation.group_values(self.set_name, self.axis) or {}
         ids = list(by_id)

@@ -16,7 +16,14 @@ class MonitorOptions:
                                    "whenever the Trainer evaluates, else an automatic cadence within overhead_budget."})
     baseline: bool = field(default=True, metadata={"help": "Evaluate once before the first training step."})
     overhead_budget: float = field(default=0.05, metadata={"help": "Automatic cadence: the share of training wall "
-                                   "time that evaluations may take, the baseline and the final one included."})
+                                   "time that evaluations may take, the final one included; the baseline, before "
+                                   "the first step, is a one-off set-up cost outside it (the cost line says what "
+                                   "it took)."})
+    generation_every: int = field(default=4, metadata={"help": "Compute the axes that need greedy generation "
+                                  "(generation, mirroring, accuracy; confidence on groups without a reference) only "
+                                  "at every N-th evaluation; the others compute the rest, with the same values, at "
+                                  "a fraction of the cost. The baseline and the final evaluation are always "
+                                  "complete. 1 = every evaluation complete."})
     log_level: str = field(default="default", metadata={"help": "What each evaluation sends to the Trainer log "
                            "(console, TensorBoard, W&B charts). default: per set the axis means, instability and "
                            "accuracy, plus the overall instability and the runtime; CI bounds, p-values, "

@@ -82,36 +82,83 @@ def planned_evaluations(*, max_steps: int, start_step: int, eval_steps: int | No
     return n + int(at_end and max_steps % every != 0)
 
 
-def cost_line(seconds: float, n: int | None, max_steps: int, budget: float) -> str:
-    """The line after the baseline: one evaluation's time and the cadence's planned total (``n`` evaluations;
-    None: the automatic cadence, bounded by ``budget``)."""
+def planned_complete(n: int, done: int, every: int) -> int:
+    """How many of the ``n`` evaluations after the ``done`` ones are complete (with generation): every
+    ``every``-th counted from the first evaluation, and the last one (the final evaluation) always."""
+    full = sum(1 for i in range(done, done + n) if i % every == 0)
+    return full + int(n > 0 and (done + n - 1) % every != 0)
+
+
+def _split(n: int, n_full: int) -> str:
+    return "" if n_full >= n else f" ({n_full} complete, {n - n_full} without generation)"
+
+
+def cost_line(seconds: float, n: int | None, max_steps: int, budget: float, *, n_full: int | None = None,
+              generation_every: int = 1) -> str:
+    """The line after the baseline: one (complete) evaluation's time and the cadence's planned total (``n``
+    evaluations, ``n_full`` of them complete; None: the automatic cadence, bounded by ``budget``). Evaluations
+    without generation are counted at the complete one's cost until one is measured: an upper bound."""
+    every = "" if generation_every == 1 else (f"; generation-based axes at every {generation_every}th evaluation "
+                                              "only, the others cost less")
     if n is None:
-        return (f"sago: one evaluation took {seconds:.1f} s; the automatic cadence keeps evaluations within "
-                f"{100 * budget:.0f}% of training time")
-    return (f"sago: one evaluation took {seconds:.1f} s; the cadence plans {n} more up to step {max_steps}: about "
-            f"{n * seconds:.0f} s (the share of training time follows once a few steps are timed)")
+        return (f"sago: one evaluation took {seconds:.1f} s (the baseline, a one-off set-up cost); the automatic "
+                f"cadence keeps later evaluations, the final one included, within {100 * budget:.0f}% of training "
+                f"time{every}")
+    n_full = n if n_full is None else n_full
+    bound = "about" if n_full >= n else "at most"
+    return (f"sago: one evaluation took {seconds:.1f} s; the cadence plans {n} more up to step {max_steps}"
+            f"{_split(n, n_full)}: {bound} {n * seconds:.0f} s (the share of training time follows once a few "
+            f"steps are timed)")
 
 
-def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: float) -> str:
-    """The line once a few steps are timed: estimated training time and the planned evaluations' share of it."""
+def partial_cost_line(seconds: float, full_s: float | None, every: int) -> str:
+    """The line after the first evaluation without generation: its cost against a complete one's."""
+    ratio = f" ({100 * seconds / full_s:.0f}% of a complete one, {full_s:.1f} s)" if full_s else ""
+    return (f"sago: an evaluation without generation-based axes took {seconds:.1f} s{ratio}; they are computed at "
+            f"every {every}th evaluation")
+
+
+def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: float, *, n_full: int | None = None,
+               partial_s: float | None = None) -> str:
+    """The line once a few steps are timed: estimated training time and the planned evaluations' share of it
+    (evaluations without generation at ``partial_s``, else at the complete one's ``seconds``: an upper bound)."""
     train_s = step_s * steps
-    total = n * seconds
+    n_full = n if n_full is None else n_full
+    total = n_full * seconds + (n - n_full) * (seconds if partial_s is None else partial_s)
+    bound = "at most " if n_full < n and partial_s is None else ""
     return (f"sago: at {step_s:.2f} s per training step ({steps_timed} steps timed), training takes about "
-            f"{train_s:.0f} s; the {n} planned evaluations ({total:.0f} s) add {100 * total / train_s:.0f}% to it")
+            f"{train_s:.0f} s; the {n} planned evaluations{_split(n, n_full)} ({bound}{total:.0f} s) add "
+            f"{bound}{100 * total / train_s:.0f}% to it")
+
+
+def auto_share_line(step_s: float, steps_timed: int, steps: int, final_s: float, budget: float) -> str:
+    """The automatic cadence's line once a few steps are timed: whether the final evaluation (at the
+    baseline's cost) fits the budget, i.e. whether any periodic evaluation can run."""
+    train_s = step_s * steps
+    head = (f"sago: at {step_s:.2f} s per training step ({steps_timed} steps timed), training takes about "
+            f"{train_s:.0f} s; ")
+    share = final_s / train_s
+    if share > budget:
+        return (head + f"the final evaluation alone (about {final_s:.0f} s) is {100 * share:.0f}% of it, over the "
+                f"{100 * budget:.0f}% budget, so no periodic evaluation will run (eval_steps sets a cadence; a "
+                "lower max_groups or max_new_tokens makes evaluations cheaper)")
+    return (head + f"evaluations after the baseline will take at most {100 * budget:.0f}% of it (about "
+            f"{budget * train_s:.0f} s): the final one (about {final_s:.0f} s) and periodic ones while they fit")
 
 
 def evaluation_progress(evaluator: Any, sets: Mapping[str, Any], step: int, *, disable_bar: bool,
-                        say: Callable[[str], None]) -> tuple[Callable[[int], None] | None, Any]:
+                        say: Callable[[str], None], generation: bool = True
+                        ) -> tuple[Callable[[int], None] | None, Any]:
     """``(progress callable, bar to close)`` for one evaluation on the main process: a tqdm bar on a
     terminal, one line per finished set (:class:`SetProgress`) in a log file, nothing on other ranks."""
     if not distributed.is_main_process():
         return None, None
     if not stderr_is_terminal():  # a log file: a bar would draw nothing there
-        counts = {name: evaluator.count_sequences({name: vs}) for name, vs in sets.items()}
+        counts = {name: evaluator.count_sequences({name: vs}, generation) for name, vs in sets.items()}
         return SetProgress(counts, say, label=f"sago step {step}"), None
     if disable_bar:
         return None, None
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=evaluator.count_sequences(sets), desc="SAGO eval", leave=False, dynamic_ncols=True)
+    bar = tqdm(total=evaluator.count_sequences(sets, generation), desc="SAGO eval", leave=False, dynamic_ncols=True)
     return bar.update, bar

@@ -213,3 +213,55 @@ def test_bfloat16_model_runs_and_stays_close_to_float32(byte_tokenizer):
         for axis, v in a[gid].items():
             assert math.isfinite(b[gid][axis])
             assert b[gid][axis] == pytest.approx(v, abs=0.05), (gid, axis)
+
+
+# ------------------------------------------------------------------ evaluations without generation (issue 13)
+def _with_refs(n: int = 6) -> list[dict]:
+    return [{"id": f"r{i}", "variants": [f"The number {i} is", f"number {i}:", f"Tell me {i}", f"{i} is"],
+             "reference": f" {i}"} for i in range(n)]
+
+
+def test_without_generation_same_values_and_no_decoding(byte_tokenizer, tiny_llama, monkeypatch):
+    """Skipping generation leaves activation, activation_rel and confidence (references given) bitwise equal to
+    a complete evaluation's, runs no generate, and lists what it left out."""
+    vs = VariantSet.from_records(_with_refs(), name="t")
+    ev = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 1], max_new_tokens=4, n_bootstrap=200)
+    full = ev.evaluate(vs)
+    calls = {"n": 0}
+    real = tiny_llama.generate
+    monkeypatch.setattr(tiny_llama, "generate", lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1])
+    cheap = ev.evaluate(vs, generation=False)
+    assert calls["n"] == 0
+    s_full, s_cheap = full.sets["t"], cheap.sets["t"]
+    assert s_cheap.axes == ["activation", "activation_rel", "confidence"]
+    assert cheap.config["skipped_axes"] == {"t": ["generation", "mirroring"]} and cheap.config["generation"] is False
+    assert "skipped_axes" not in full.config and "generation" not in full.config
+    for g_full, g_cheap in zip(s_full.groups, s_cheap.groups):
+        assert g_cheap.outputs is None and g_cheap.correct is None and g_full.correct is not None
+        for axis in s_cheap.axes:
+            assert g_cheap.axes[axis] == g_full.axes[axis], (g_full.id, axis)
+            assert g_cheap.per_variant[axis] == g_full.per_variant[axis]
+    for axis in s_cheap.axes:
+        assert s_cheap.summaries[axis].to_dict() == s_full.summaries[axis].to_dict()
+    assert "accuracy" not in s_cheap.correctness
+    assert ev.count_sequences(vs, generation=False) == 24 and ev.count_sequences(vs) == 48
+
+
+def test_without_generation_drops_confidence_when_a_reference_is_missing(byte_tokenizer, tiny_llama):
+    """Without a reference, r is the canonical variant's greedy output: no generation, no confidence."""
+    vs = VariantSet.from_records(RECORDS, name="t")  # groups b and d have no reference
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0], max_new_tokens=3, n_bootstrap=100).evaluate(
+        vs, generation=False)
+    assert res.sets["t"].axes == ["activation", "activation_rel"]
+    assert res.config["skipped_axes"] == {"t": ["confidence", "generation", "mirroring"]}
+
+
+def test_seeded_subset_is_stable_and_independent_of_order():
+    from sago_train.eval.evaluator import select_groups
+
+    vs = VariantSet.from_records(_with_refs(100), name="t")
+    a = select_groups(vs, 64, seed=0)
+    assert a == select_groups(vs, 64, seed=0) and len(a) == 64 and a == sorted(set(a))
+    assert select_groups(vs, 64, seed=1) != a
+    assert select_groups(vs, 0, seed=0) == list(range(100)) == select_groups(vs, None, seed=0)
+    assert select_groups(vs, 200, seed=0) == list(range(100))

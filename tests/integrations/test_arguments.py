@@ -123,7 +123,7 @@ def test_stability_and_early_stopping_from_the_same_args():
 
 
 @pytest.mark.parametrize(("argv", "flag"), [
-    (["--sago_max_groups", "0"], "--sago_max_groups"),
+    (["--sago_max_groups", "-1"], "--sago_max_groups"),
     (["--sago_similarity", "tokenf1"], "--sago_similarity"),
     (["--sago_axes", "activaton"], "--sago_axes"),
     (["--sago_layers", "0", "--sago_stability_layers", "1", "--sago_stability_mode", "centriod"],
@@ -194,7 +194,7 @@ def test_yaml_config_file(tmp_path):
     config.write_text("output_dir: out\nbf16: false\nsago_sets: tiny\nsago_stop_strings: 'Q:'\n")
     args = trl_parser().parse_args_and_config(["--config", str(config)])[-1]
     assert args.sago_sets == ["tiny"] and args.sago_config().stop_strings == ["Q:"]
-    config.write_text("output_dir: out\nbf16: false\nsago_max_groups: 0\n")
+    config.write_text("output_dir: out\nbf16: false\nsago_max_groups: -1\n")
     with pytest.raises(SagoInputError, match="--sago_max_groups"):
         trl_parser().parse_args_and_config(["--config", str(config)])
     config.write_text("output_dir: out\nbf16: false\nsago_max_grups: 4\n")

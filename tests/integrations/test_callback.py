@@ -60,7 +60,7 @@ def _history(out):
 
 def test_lora_run_logs_history_and_files(tmp_path):
     rec = Recorder()
-    cb = SAGOCallback(variant_set(), eval_steps=5, **FAST)
+    cb = SAGOCallback(variant_set(), eval_steps=5, generation_every=1, **FAST)  # every axis at every step
     tr = make_trainer(tmp_path, callbacks=[cb, rec], lora=True, max_steps=10)
     tr.train()
     hist = _history(tmp_path)
@@ -137,8 +137,11 @@ def test_cost_and_progress_lines(tmp_path, caplog):
     with caplog.at_level("INFO", logger="sago_train"):
         tr.train()
     text = caplog.text
-    assert "the cadence plans 2 more up to step 10: about" in text
-    assert "(3 steps timed)" in text and "the 2 planned evaluations" in text and "% to it" in text
+    # step 5 skips generation (generation_every=4), step 10 is the final, complete one
+    assert "the cadence plans 2 more up to step 10 (1 complete, 1 without generation): at most" in text
+    assert "(3 steps timed)" in text and "the 2 planned evaluations (1 complete, 1 without generation)" in text
+    assert "% to it" in text
+    assert "sago: an evaluation without generation-based axes took" in text and "of a complete one" in text
     for step in (0, 5, 10):
         assert f"sago step {step}: set 'num' done (1/1 sets, " in text
 

@@ -277,3 +277,35 @@ def test_following_the_trainer_refuses_a_trainer_that_ranks_the_other_way():
     # Not following the Trainer (no load_best_model_at_end): nothing to agree with, nothing refused.
     no_follow = {**kwargs, "load_best_model_at_end": False}
     cb.on_train_begin(TrainingArguments(**no_follow), TrainerState(), TrainerControl())
+
+
+def test_evaluations_without_the_watched_axis_do_not_count():
+    """With generation_every > 1, an evaluation that skipped the watched generation axis makes no decision: the
+    worse-counter only counts the evaluations that have the axis (here it stops on the 2nd worse one)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.4, 40)
+    partial = SimpleNamespace(config={"skipped_axes": {"s": ["generation", "mirroring"]}})
+    complete = SimpleNamespace(config={"skipped_axes": {"s": []}})
+    cb = SAGOEarlyStoppingCallback("sago/s/generation", patience=2, alpha=0.05)
+    control = TrainerControl()
+    args = TrainingArguments(output_dir="/tmp/unused", report_to=[])
+    # From step 1: a step-0 evaluation is the baseline, never the best (exclude_baseline).
+    feed_seq = [(1, base, "generation", complete), (2, base, "activation", partial),
+                (3, base + 0.1, "generation", complete), (4, base, "activation", partial),
+                (5, base, "activation", partial), (6, base + 0.1, "generation", complete)]
+    stopped = None
+    for step, values, axis, result in feed_seq:
+        cb.on_sago_evaluate(args, TrainerState(global_step=step), control, result=result,
+                            evaluation=snap(step, values, axis=axis))
+        if control.should_training_stop:
+            stopped = step
+            break
+    assert stopped == 6
+    assert [d["step"] for d in cb.decisions] == [1, 3, 6]
+    assert [d["verdict"] for d in cb.decisions] == ["best", "worse (1/2)", "worse (2/2)"]
+    # an axis missing from a complete evaluation is still an error, never skipped silently
+    with pytest.raises(SagoInputError, match="not computed"):
+        cb.on_sago_evaluate(args, TrainerState(global_step=7), TrainerControl(), result=complete,
+                            evaluation=snap(7, base, axis="activation"))

@@ -62,7 +62,45 @@ def test_cost_lines():
         "sago: one evaluation took 12.3 s; the cadence plans 4 more up to step 100: about 49 s (the share of "
         "training time follows once a few steps are timed)")
     assert progress.cost_line(2.0, None, 100, 0.05) == (
-        "sago: one evaluation took 2.0 s; the automatic cadence keeps evaluations within 5% of training time")
+        "sago: one evaluation took 2.0 s (the baseline, a one-off set-up cost); the automatic cadence keeps later "
+        "evaluations, the final one included, within 5% of training time")
     assert progress.share_line(0.5, 3, 100, 4, 12.5) == (
         "sago: at 0.50 s per training step (3 steps timed), training takes about 50 s; the 4 planned evaluations "
         "(50 s) add 100% to it")
+
+
+@pytest.mark.parametrize("n, done, every", [(4, 1, 4), (9, 1, 4), (3, 1, 1), (5, 2, 3), (1, 1, 4), (0, 1, 4)])
+def test_planned_complete_matches_brute_force(n, done, every):
+    # evaluation i (0 = the baseline) is complete when i % every == 0 or it is the last (final) one
+    want = sum(1 for i in range(done, done + n) if i % every == 0 or i == done + n - 1)
+    assert progress.planned_complete(n, done, every) == want
+
+
+def test_cost_lines_with_generation_every():
+    assert progress.cost_line(10.0, 9, 100, 0.05, n_full=3, generation_every=4) == (
+        "sago: one evaluation took 10.0 s; the cadence plans 9 more up to step 100 (3 complete, 6 without "
+        "generation): at most 90 s (the share of training time follows once a few steps are timed)")
+    assert progress.cost_line(2.0, None, 100, 0.05, generation_every=4) == (
+        "sago: one evaluation took 2.0 s (the baseline, a one-off set-up cost); the automatic cadence keeps later "
+        "evaluations, the final one included, within 5% of training time; generation-based axes at every 4th "
+        "evaluation only, the others cost less")
+    # 3 complete at 10 s + 6 without generation at 4 s = 54 s over 100 steps x 1 s
+    assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3, partial_s=4.0) == (
+        "sago: at 1.00 s per training step (3 steps timed), training takes about 100 s; the 9 planned evaluations "
+        "(3 complete, 6 without generation) (54 s) add 54% to it")
+    assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3).endswith("(at most 90 s) add at most 90% to it")
+    assert progress.partial_cost_line(4.0, 10.0, 4) == (
+        "sago: an evaluation without generation-based axes took 4.0 s (40% of a complete one, 10.0 s); they are "
+        "computed at every 4th evaluation")
+
+
+def test_auto_share_line_says_whether_the_final_evaluation_fits():
+    # 40 steps x 8 s = 320 s; a 236 s final evaluation is 74% of it, over 5%
+    assert progress.auto_share_line(8.0, 3, 40, 236.0, 0.05) == (
+        "sago: at 8.00 s per training step (3 steps timed), training takes about 320 s; the final evaluation "
+        "alone (about 236 s) is 74% of it, over the 5% budget, so no periodic evaluation will run (eval_steps sets "
+        "a cadence; a lower max_groups or max_new_tokens makes evaluations cheaper)")
+    # 1000 steps x 2 s = 2000 s; 5% = 100 s >= a 60 s final evaluation
+    assert progress.auto_share_line(2.0, 3, 1000, 60.0, 0.05).endswith(
+        "evaluations after the baseline will take at most 5% of it (about 100 s): the final one (about 60 s) and "
+        "periodic ones while they fit")
