@@ -95,18 +95,22 @@ def set_scope(evals: Sequence[Evaluation], set_name: str, *, allow_different_gro
 
 
 def _accuracy(e: Evaluation, set_name: str, ids: list[str]) -> dict[str, Any] | None:
-    """Accuracy over the variants of ``ids`` (the share of variants answered right), no CI, as recorded: ``n``
+    """Accuracy over the variants of ``ids`` (the share of variants answered right) with its CI over groups
+    (:func:`~sago_train.functional.stats.bootstrap_ratio_ci`, default resamples and seed): ``n``
     counts the groups that have correctness (a group without a reference is never counted, as in
     :func:`~sago_train.functional.axes.correctness.correctness_summary`)."""
     recs = {str(r["id"]): r for r in e.records(set_name) or []}
-    right = total = groups = 0
+    right: list[int] = []
+    total: list[int] = []
     for g in ids:
         correct = (recs.get(g) or {}).get("correct")
         if correct:
-            right += sum(map(bool, correct))
-            total += len(correct)
-            groups += 1
-    return {"mean": right / total, "ci_low": None, "ci_high": None, "n": groups} if total else None
+            right.append(sum(map(bool, correct)))
+            total.append(len(correct))
+    if not total:
+        return None
+    ci = stats.bootstrap_ratio_ci(right, total)
+    return {"mean": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n}
 
 
 def _recorded(evals: Sequence[Evaluation], set_name: str, axis: str) -> dict[str, Any]:

@@ -125,6 +125,11 @@ def findings(result: EvalResult) -> list[str]:
     return notes
 
 
+def _ci(acc: dict[str, Any]) -> str:
+    lo, hi = acc.get("accuracy_ci_low"), acc.get("accuracy_ci_high")
+    return f" [{fmt_num(lo)}, {fmt_num(hi)}]" if lo is not None and hi is not None else ""
+
+
 def print_result(result: EvalResult, console: Console | None = None) -> None:
     console = console or Console()
     console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
@@ -141,7 +146,7 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
         acc = s.correctness
         if acc.get("n"):
             console.print(
-                f"  correctness ({acc['n']} groups): accuracy {fmt_num(acc['accuracy'])}, worst-variant "
+                f"  correctness ({acc['n']} groups): accuracy {fmt_num(acc['accuracy'])}{_ci(acc)}, worst-variant "
                 f"{fmt_num(acc['worst_variant_accuracy'])}, all right {fmt_num(acc['all_right'])}, all wrong "
                 f"{fmt_num(acc['all_wrong'])}"
             )

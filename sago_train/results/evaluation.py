@@ -86,12 +86,13 @@ class Evaluation:
         return {s: [a for a in per_axis if a != INSTABILITY] for s, per_axis in self.summaries.items()}
 
     def score(self, set_name: str, axis: str) -> dict[str, Any] | None:
-        """``{"mean", "ci_low", "ci_high", "n"}`` of ``axis`` on ``set_name`` (``accuracy``: no CI), or None."""
+        """``{"mean", "ci_low", "ci_high", "n"}`` of ``axis`` on ``set_name`` (``accuracy``: its CI over groups when recorded), or None."""
         if axis == ACCURACY:
             acc = self.correctness.get(set_name) or {}
             if not is_number(acc.get("accuracy")):
                 return None
-            return {"mean": float(acc["accuracy"]), "ci_low": None, "ci_high": None, "n": acc.get("n")}
+            return {"mean": float(acc["accuracy"]), "ci_low": acc.get("accuracy_ci_low"),
+                    "ci_high": acc.get("accuracy_ci_high"), "n": acc.get("n")}
         summary = self.summaries.get(set_name, {}).get(axis)
         if summary is None or not math.isfinite(to_float(summary.get("mean"))):
             return None

@@ -85,7 +85,7 @@ class SetResult:
             [g.instability for g in self.groups], n_resamples=self.n_bootstrap, seed=self.seed
         )
         correct = [g.correct for g in self.groups if g.correct is not None]
-        self.correctness = correctness_summary(correct, self.kinds)
+        self.correctness = correctness_summary(correct, self.kinds, n_resamples=self.n_bootstrap, seed=self.seed)
         self.kind_effects: dict[str, relations.KindEffect] = {}
         if self.kinds is not None and self.groups:
             for a in self.axes:

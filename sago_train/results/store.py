@@ -195,13 +195,15 @@ class Run:
     def series(self, set_name: str, axis: str) -> list[tuple[int, dict[str, Any]]]:
         """``[(step, summary)]`` of ``axis`` on ``set_name`` over the evaluations that recorded it.
 
-        ``axis="accuracy"`` gives ``{"mean": accuracy}`` from each line's correctness summary."""
+        ``axis="accuracy"`` gives its mean and CI from each line's correctness summary (no CI in lines written
+        before the CI was recorded)."""
         out = []
         for h in self.history:
             if axis == ACCURACY:
                 acc = (h.get("correctness") or {}).get(set_name) or {}
                 if is_number(acc.get("accuracy")):
-                    out.append((int(h["step"]), {"mean": float(acc["accuracy"]), "ci_low": None, "ci_high": None}))
+                    out.append((int(h["step"]), {"mean": float(acc["accuracy"]), "ci_low": acc.get("accuracy_ci_low"),
+                                                 "ci_high": acc.get("accuracy_ci_high")}))
                 continue
             summary = h["sets"].get(set_name, {}).get(axis)
             if summary is not None:

@@ -556,3 +556,35 @@ def test_decide_on_recorded_numbers_treats_missing_as_not_significant():
     assert stats.decide(0.1, NAN, NAN, 0.01, 0.99, 20) == stats.NO_DIFFERENCE
     # The CI is the 1 - alpha interval: at alpha = 0.05 a p of 0.03 counts only with the CI on the same side.
     assert stats.decide(0.1, -0.01, 0.2, 0.03, 0.97, 20) == stats.NO_DIFFERENCE
+
+
+def _ratio_ci_reference(num, den, n_resamples, seed, confidence=0.95):
+    """Plain loop: the same seeded index draws (one chunk), the pooled ratio of each resample, percentiles."""
+    rng = np.random.default_rng(seed)
+    n = len(num)
+    idx = rng.integers(0, n, size=(n_resamples, n))
+    ratios = []
+    for row in idx:
+        ratios.append(sum(num[i] for i in row) / sum(den[i] for i in row))
+    a = 1 - confidence
+    lo, hi = np.quantile(ratios, [a / 2, 1 - a / 2])
+    return sum(num) / sum(den), lo, hi
+
+
+def test_bootstrap_ratio_ci_matches_a_plain_loop_and_the_mean_ci_on_equal_denominators():
+    num, den = [3, 1, 2, 4, 0, 5, 2], [4, 2, 4, 4, 3, 6, 2]
+    got = stats.bootstrap_ratio_ci(num, den, n_resamples=500, seed=3)
+    ratio, lo, hi = _ratio_ci_reference(num, den, 500, 3)
+    assert got.mean == pytest.approx(17 / 25) and got.mean == pytest.approx(ratio)
+    assert (got.ci_low, got.ci_high) == (pytest.approx(min(lo, ratio)), pytest.approx(max(hi, ratio)))
+    assert got.n == 7 and got.ci_low < got.mean < got.ci_high
+    # Equal denominators: the pooled ratio is the mean of per-group ratios, and the resamples are the same.
+    eq = stats.bootstrap_ratio_ci([1, 3, 2, 4, 0], [4] * 5, n_resamples=800, seed=1)
+    ref = stats.bootstrap_ci([0.25, 0.75, 0.5, 1.0, 0.0], n_resamples=800, seed=1)
+    assert (eq.mean, eq.ci_low, eq.ci_high) == (pytest.approx(ref.mean), pytest.approx(ref.ci_low),
+                                                pytest.approx(ref.ci_high))
+    one = stats.bootstrap_ratio_ci([2], [4])
+    assert (one.mean, one.ci_low, one.ci_high, one.n) == (0.5, 0.5, 0.5, 1)
+    assert stats.bootstrap_ratio_ci([], []).n == 0
+    with pytest.raises(ValueError, match="denominators"):
+        stats.bootstrap_ratio_ci([1], [0])

@@ -78,3 +78,15 @@ def test_claim_history_sets_the_old_file_aside(tmp_path):
     store.claim_history(tmp_path, resuming=False, overwrite=True)
     assert not (tmp_path / "history.jsonl").exists() and len(list(tmp_path.glob("history.jsonl.*.old"))) == 1
     assert store.recorded_evaluations(tmp_path) == 0
+
+
+def test_accuracy_series_and_score_carry_the_recorded_ci(tmp_path):
+    acc = {"n": 5, "accuracy": 0.6, "accuracy_ci_low": 0.4, "accuracy_ci_high": 0.8}
+    lines = [{"step": 0, "sets": {"s": {"activation": {"mean": 0.1}}}, "correctness": {"s": acc}},
+             {"step": 2, "sets": {"s": {"activation": {"mean": 0.2}}}, "correctness": {"s": {"n": 5, "accuracy": 0.5}}}]
+    store.write_history(tmp_path, lines)
+    run = store.Run.read(tmp_path.parent, tmp_path)
+    # Lines written before the CI was recorded give no band, never a made-up one.
+    assert run.series("s", "accuracy") == [(0, {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8}),
+                                           (2, {"mean": 0.5, "ci_low": None, "ci_high": None})]
+    assert run.evaluation(0).score("s", "accuracy") == {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8, "n": 5}

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import unknown_name_error
+from .. import stats
 from ..text import normalize, words
 
 #: ``auto`` resolves per variant: ``contains`` for a chat-rendered prompt, ``prefix`` for a plain completion.
@@ -126,10 +127,12 @@ def variant_correct(
     return None
 
 
-def correctness_summary(correct: Sequence[Sequence[bool]], kinds: Sequence[str] | None) -> dict[str, Any]:
+def correctness_summary(correct: Sequence[Sequence[bool]], kinds: Sequence[str] | None, *,
+                        n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Aggregate per-variant correctness of the groups that have it.
 
-    Returns accuracy overall and per kind (when kinds align), worst-variant accuracy (the lowest per-kind
+    Returns accuracy overall (right answers / variants) with its 95% percentile-bootstrap CI over groups
+    (``accuracy_ci_low`` / ``accuracy_ci_high``, whole groups resampled, seeded), accuracy per kind (when kinds align), worst-variant accuracy (the lowest per-kind
     accuracy; per variant position when there are no kinds), spread (max - min accuracy over kinds), and the
     share of groups whose variants are all right (``all_right``), all wrong, or either (``consistent``).
     """
@@ -144,6 +147,8 @@ def correctness_summary(correct: Sequence[Sequence[bool]], kinds: Sequence[str] 
         "all_wrong": float(np.mean([not any(r) for r in rows])),
     }
     out["consistent"] = out["all_right"] + out["all_wrong"]
+    ci = stats.bootstrap_ratio_ci([sum(r) for r in rows if r], [len(r) for r in rows if r], n_resamples=n_resamples, seed=seed)
+    out["accuracy_ci_low"], out["accuracy_ci_high"] = ci.ci_low, ci.ci_high
     if kinds is not None and all(len(r) == len(kinds) for r in rows):
         per_kind: dict[str, list[bool]] = {}
         for r in rows:

@@ -526,7 +526,10 @@ def test_correctness_summary_matches_reference(case):
     rows, kinds = case
     got = correctness_summary(rows, kinds)
     want = ref_summary(rows, kinds)
-    assert set(got) == set(want)
+    # The CI keys are checked against the plain-loop ratio bootstrap in test_stats and below.
+    assert set(got) - {"accuracy_ci_low", "accuracy_ci_high"} == set(want)
+    if want.get("n"):
+        assert got["accuracy_ci_low"] <= got["accuracy"] <= got["accuracy_ci_high"]
     for key, value in want.items():
         assert got[key] == pytest.approx(value)
     for key in ("accuracy", "worst_variant_accuracy", "all_right", "all_wrong", "consistent"):
@@ -758,3 +761,14 @@ def test_correctness_on_recorded_real_model_outputs():
     for row in rows:
         assert is_correct(row["output"], row["reference"], "contains") is row["correct"], row["id"]
     assert not any(is_correct(r["output"], r["reference"], "prefix") for r in rows)
+
+
+def test_correctness_summary_accuracy_ci_resamples_whole_groups():
+    from sago_train.functional import stats
+
+    rows = [[True, False, True], [False, False], [True, True, True, True], [True, False], [False, True, True]]
+    got = correctness_summary(rows, None, n_resamples=600, seed=2)
+    ref = stats.bootstrap_ratio_ci([2, 0, 4, 1, 2], [3, 2, 4, 2, 3], n_resamples=600, seed=2)
+    assert got["accuracy"] == pytest.approx(9 / 14) == pytest.approx(ref.mean)
+    assert (got["accuracy_ci_low"], got["accuracy_ci_high"]) == (ref.ci_low, ref.ci_high)
+    assert got["accuracy_ci_low"] < got["accuracy"] < got["accuracy_ci_high"]
