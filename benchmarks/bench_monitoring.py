@@ -92,8 +92,12 @@ class _Timed:
         return cb
 
 
+SET_NAMES = ("paraphrase", "format", "typo")
+
+
 def run(steps: int, monitor: bool, out: str, model_name: str | None = None,
-        options: dict | None = None, device: str = "cpu", bf16: bool = False) -> dict:
+        options: dict | None = None, device: str = "cpu", bf16: bool = False,
+        set_names: tuple[str, ...] = SET_NAMES) -> dict:
     """One fine-tune: its wall time, and for a monitored one the callback's time (all of it, and the baseline's
     part: on_train_begin) and each evaluation of the history (step, seconds, complete or not)."""
     import peft
@@ -111,7 +115,7 @@ def run(steps: int, monitor: bool, out: str, model_name: str | None = None,
     callbacks = []
     timer = _Timed()
     if monitor:
-        sets = {n: VariantSet.from_jsonl(demo / f"{n}.jsonl", name=n) for n in ("paraphrase", "format", "typo")}
+        sets = {n: VariantSet.from_jsonl(demo / f"{n}.jsonl", name=n) for n in set_names}
         callbacks.append(timer.wrap(SAGOCallback(sets, **(options or {}))))
     args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
                              logging_steps=50, save_strategy="no", report_to=[], use_cpu=device == "cpu", bf16=bf16, disable_tqdm=True,
@@ -174,6 +178,8 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="train with bf16 mixed precision")
     ap.add_argument("--max-groups", type=int, default=None, help="SAGOCallback max_groups (default: its own)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="SAGOCallback max_new_tokens (default: its own)")
+    ap.add_argument("--sets", default=",".join(SET_NAMES),
+                    help="comma-separated monitoring sets of the demo (default: all three)")
     ap.add_argument("--no-unmonitored", action="store_true",
                     help="skip the runs without the callback (the in-run share needs only the monitored runs)")
     ap.add_argument("--split", type=int, default=0, metavar="N",
@@ -187,6 +193,10 @@ def main() -> None:
     if args.split:
         cost_split(args.model, options, args.split, args.device)
         return
+    set_names = tuple(x.strip() for x in args.sets.split(",") if x.strip())
+    unknown = [x for x in set_names if x not in SET_NAMES]
+    if unknown or not set_names:
+        ap.error(f"--sets: expected names from {', '.join(SET_NAMES)}, got {args.sets!r}")
     name = args.model
     times: dict[str, list[float]] = {"off": [], "on": []}
     runs = []
@@ -196,11 +206,12 @@ def main() -> None:
         for i in range(args.repeats):
             if not args.no_unmonitored:
                 times["off"].append(run(args.steps, False, f"{d}/off{i}", name, None, args.device, args.bf16)["elapsed"])
-            r = run(args.steps, True, f"{d}/on{i}", name, options, args.device, args.bf16)
+            r = run(args.steps, True, f"{d}/on{i}", name, options, args.device, args.bf16, set_names)
             times["on"].append(r["elapsed"])
             runs.append(r)
     print(f"LoRA fine-tune of {name or 'the shipped tiny model'}: {args.steps} steps, batch 8, "
-          f"threads={torch.get_num_threads()}, repeats={args.repeats}, callback options {options or 'default'}; "
+          f"threads={torch.get_num_threads()}, repeats={args.repeats}, sets {', '.join(set_names)}, "
+          f"callback options {options or 'default'}; "
           f"load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f} (on {os.cpu_count()} CPUs)")
     for i, r in enumerate(runs):
         train = r["elapsed"] - r["callback"]
