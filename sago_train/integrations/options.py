@@ -26,7 +26,9 @@ class MonitorOptions:
                                   "(generation, mirroring, accuracy; confidence on groups without a reference) only "
                                   "at every N-th evaluation; the others compute the rest, with the same values, at "
                                   "a fraction of the cost. The baseline and the final evaluation are always "
-                                  "complete. 1 = every evaluation complete."})
+                                  "complete, and so are those at the Trainer's evaluation steps when "
+                                  "metric_for_best_model names a sago/ metric that needs generation. 1 = every "
+                                  "evaluation complete."})
     log_level: str = field(default="default", metadata={"help": "What each evaluation sends to the Trainer log "
                            "(console, TensorBoard, W&B charts). default: per set the axis means, instability and "
                            "accuracy, plus the overall instability and the runtime; CI bounds, p-values, "
