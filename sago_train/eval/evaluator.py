@@ -4,7 +4,6 @@ the Trainer callback use it). It moves data only: maths lives in ``axes``/``func
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,25 +28,11 @@ from ..threads import configure_torch_threads
 from .config import SAGOConfig
 from .degenerate import degenerate_warnings
 from .extraction import Extractor
+from .plan import axes_computed, needs_generation, select_groups, subset_inputs, variant_text
 
 SKIP_TOO_LONG = "prompt longer than the model's context"
 SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"
 SKIP_TOO_MANY_CHARS = f"a variant longer than {MAX_VARIANT_CHARS:,} characters"
-
-
-def _variant_text(variant: Any) -> str:
-    if isinstance(variant, str):
-        return variant
-    return "\n".join(m.get("content", "") for m in variant)
-
-
-def select_groups(vs: VariantSet, max_groups: int | None, seed: int) -> list[int]:
-    """Indices of the groups to evaluate: all (``max_groups`` None or 0), or a seeded subset that depends only
-    on the seed, the set's name and its size, so it is the same at every evaluation and after a resume."""
-    n = len(vs)
-    if not max_groups or max_groups >= n:
-        return list(range(n))
-    return sorted(random.Random(f"sago-subset:{seed}:{vs.name}").sample(range(n), max_groups))
 
 
 class SAGOEvaluator:
@@ -106,22 +91,12 @@ class SAGOEvaluator:
         return self._similarity
 
     def _needs_generation(self, groups: list[VariantGroup], generation: bool = True) -> bool:
-        if not generation:
-            return False
-        if "generations" in self.needs:
-            return True
-        if "logprobs" in self.needs and any(g.reference is None for g in groups):
-            return True  # r falls back to the canonical variant's greedy output
-        return any(g.reference is not None or g.choices is not None for g in groups)  # correctness
+        return needs_generation(self.needs, groups, generation)
 
     def set_axes(self, groups: list[VariantGroup], generation: bool = True) -> list[Axis]:
-        """The axes computed on ``groups``: all of them, or with ``generation=False`` those that need no greedy
-        output: generation and mirroring are left out, and confidence too when a group has no reference (its
-        r is then the canonical variant's greedy output)."""
-        if generation:
-            return self.axes
-        no_ref = any(g.reference is None for g in groups)
-        return [a for a in self.axes if "generations" not in a.needs and not ("logprobs" in a.needs and no_ref)]
+        """The axes computed on ``groups`` (:func:`~sago_train.eval.plan.axes_computed`): all of them, or with
+        ``generation=False`` those that need no greedy output."""
+        return axes_computed(self.axes, groups, generation)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(
@@ -336,7 +311,7 @@ class SAGOEvaluator:
                 continue
             outs = outputs[sl] if outputs is not None else None
             inputs = GroupInputs(
-                prompts=[_variant_text(v) for v in g.variants],
+                prompts=[variant_text(v) for v in g.variants],
                 reference=g.reference,
                 outputs=outs,
                 hidden=hidden[sl] if hidden is not None else None,
@@ -393,7 +368,7 @@ class SAGOEvaluator:
         extra: dict[str, float] = {}
         halves: dict[str, list[float]] = {}
         pending: dict[str, Any] = {}
-        subsets = [_subset(inputs, idx) for idx in split] if split is not None else []
+        subsets = [subset_inputs(inputs, idx) for idx in split] if split is not None else []
         for axis in axes:
             value = axis.fn(inputs)
             half_values = [axis.fn(sub) for sub in subsets]
@@ -407,16 +382,3 @@ class SAGOEvaluator:
             if half_values:
                 halves[axis.name] = [h.value for h in half_values]
         return values, per_variant, extra, halves, pending
-
-
-def _subset(g: GroupInputs, idx: list[int]) -> GroupInputs:
-    """The same group restricted to the variants ``idx``."""
-    return GroupInputs(
-        prompts=[g.prompts[i] for i in idx],
-        reference=g.reference,
-        outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
-        hidden=g.hidden[idx] if g.hidden is not None else None,
-        layers=g.layers,
-        logprobs=g.logprobs[idx] if g.logprobs is not None else None,
-        similarity=g.similarity,
-    )

@@ -13,48 +13,30 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
-from ..errors import SagoInputError
 from ..eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
-from ..eval.evaluator import SAGOEvaluator
-from ..functional.stats import to_jsonable
 from ..io import release_run_lock
 from ..results.evaluation import Evaluation
 from ..results.records import EvalResult
 from ..results.store import SAGO_DIR
+from .best_metric import check_cadence, fill_missing, needs_complete, watched_key
 from .cadence import EvalClock
+from .costs import CostNotes
 from .early_stopping import check_target
-from .metrics import (
-    RecordsWithoutInstability,
-    evaluation_metrics,
-    headline_metrics,
-    history_entry,
-    is_partial,
-    partial_evaluation,
-)
+from .emit import log_metrics, report_extras, write_history
+from .metrics import evaluation_metrics, headline_metrics, is_partial, partial_evaluation
 from .monitor import MonitorState
-from .options import LOG_LEVELS, CallbackOptions, MonitorOptions
-from .progress import (
-    auto_share_line,
-    cost_line,
-    ensure_console,
-    evaluation_progress,
-    partial_cost_line,
-    planned_complete,
-    planned_evaluations,
-    share_line,
-)
-from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters, is_oom
-from .wandb import log_tensorboard_histograms, log_wandb_extras
+from .options import CallbackOptions, MonitorOptions, check_monitor_options
+from .progress import ensure_console, partial_cost_line
+from .run import run_evaluator
+from .setup import RNGGuard, check_can_evaluate, claim_run_dir, find_tokenizer, guard_reporters
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +61,9 @@ class SAGOCallback(TrainerCallback):
             decoding. The baseline and the final evaluation are always complete (except when early stopping
             stops training at an evaluation without generation: that one is the last). An evaluation without
             generation has no ``instability`` (a mean over fewer axes would not compare), its comparisons cover
-            the axes it has, and early stopping on a skipped axis only counts the evaluations that have it.
+            the axes it has, and early stopping on a skipped axis only counts the evaluations that have it. When
+            ``metric_for_best_model`` names a SAGO metric that needs generation, every evaluation at a Trainer
+            evaluation step is complete.
         log_level: ``"default"``: each evaluation logs, per set, the axis means, ``instability`` and accuracy, plus
             the overall instability and the runtime; CI bounds, p-values, ``_vs_baseline`` / ``_vs_best`` and
             set-level figures go to ``history.jsonl`` and the W&B summary and tables only. ``"full"``: all of them
@@ -136,19 +120,12 @@ class SAGOCallback(TrainerCallback):
         if config.max_groups is None:  # the in-training default: every evaluation costs training time
             config = dataclasses.replace(config, max_groups=IN_TRAINING_MAX_GROUPS)
         self.config = config
-        if isinstance(generation_every, bool) or not isinstance(generation_every, int) or generation_every < 1:
-            raise SagoInputError(f"expected a positive integer, got {generation_every!r}", key="generation_every",
-                                 hint="1 computes every axis at every evaluation")
+        check_monitor_options(eval_steps=eval_steps, generation_every=generation_every,
+                              overhead_budget=overhead_budget, log_level=log_level)
         self.generation_every = generation_every
-        if eval_steps is not None and (not isinstance(eval_steps, int) or eval_steps < 1):
-            raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
         self.eval_steps = eval_steps
         self.baseline = baseline
-        if not (isinstance(overhead_budget, (int, float)) and overhead_budget > 0 and math.isfinite(overhead_budget)):
-            raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
         self.overhead_budget = float(overhead_budget)
-        if log_level not in LOG_LEVELS:
-            raise SagoInputError(f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
         self.log_level = log_level
         self.raise_on_error = raise_on_error
         self.guard_reporters = guard_reporters
@@ -167,7 +144,9 @@ class SAGOCallback(TrainerCallback):
         self._auto = False
         self._next_auto: int | None = None
         self._clock: EvalClock | None = None
-        self._cost: dict[str, float] | None = None  # the cadence's planned cost, until its share can be said
+        self._costs = CostNotes()
+        self._watched: str | None = None  # metric_for_best_model's key when it names a SAGO metric
+        self._complete_for_trainer = False  # evaluations feeding the Trainer's best-model metric compute generation
         self._pending = False
         self._listeners: list[Any] = []
         self._attempted: set[int] = set()  # steps evaluated or tried (a failed step is not retried at the end)
@@ -217,6 +196,7 @@ class SAGOCallback(TrainerCallback):
                            "trainer.state.log_history and the Trainer's evaluation metrics but not %s; bind it with "
                            "SAGOCallback(..., trainer=trainer) or callback.attach(trainer)", ", ".join(args.report_to))
         self._check_can_evaluate(kwargs)
+        self._check_best_model_metric(args, state)
         self.monitor = MonitorState(Path(args.output_dir) / SAGO_DIR)
         resumed = state.global_step > 0
         main = distributed.is_main_process()
@@ -227,11 +207,23 @@ class SAGOCallback(TrainerCallback):
         self._auto = self.eval_steps is None and not self._trainer_evaluates(args)
         self._next_auto = None
         self._clock = EvalClock(time.perf_counter(), state.global_step)
-        self._cost: dict[str, float] | None = None
+        self._costs = CostNotes()
         if main:
             ensure_console(logging.INFO)
         if self.baseline and state.global_step not in self._done and not resumed:
             self._evaluate(args, state, control, kwargs, complete=True)
+
+    def _check_best_model_metric(self, args: TrainingArguments, state: TrainerState) -> None:
+        """``metric_for_best_model="sago/..."``: refuse a cadence that misses a Trainer evaluation; evaluations
+        feeding the Trainer are complete when the watched metric needs generation (see :mod:`.best_metric`)."""
+        self._watched = watched_key(args)
+        check_cadence(args, state, self.eval_steps)
+        self._complete_for_trainer = self.generation_every > 1 and needs_complete(self._watched, self.sets,
+                                                                                  self.config)
+        if self._complete_for_trainer and distributed.is_main_process():
+            logger.info("sago: metric_for_best_model=%s needs generation: the SAGO evaluations at the Trainer's "
+                        "evaluation steps compute every axis (generation_every=%d applies to the others)",
+                        args.metric_for_best_model, self.generation_every)
 
     def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
         return find_tokenizer(self.tokenizer, kwargs, self.trainer)
@@ -281,8 +273,7 @@ class SAGOCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        if self._cost is not None and self._clock is not None and state.global_step - self._clock.step >= 3:
-            self._say_cost_share(state)
+        self._costs.on_step(state, self._clock, self.overhead_budget)
         final = self.evaluate_at_end and (control.should_training_stop or state.global_step >= state.max_steps > 0)
         if final and state.global_step not in self._done and state.global_step not in self._attempted:
             # The final evaluation runs here, at the last step, not in on_train_end: by then the Trainer may
@@ -307,33 +298,17 @@ class SAGOCallback(TrainerCallback):
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics=None,
                     **kwargs: Any):
         new: dict[str, float] = {}
-        if self._pending or (self.eval_steps is None and not self._auto):
+        # A watched sago/ metric is measured at every Trainer evaluation: the cadence check covers the periodic
+        # ones; this also covers eval_on_start without a baseline.
+        if self._pending or (self.eval_steps is None and not self._auto) or self._watched is not None:
             self._pending = False
             if state.global_step in self._done:
                 new = self._done[state.global_step]  # already measured at this step (e.g. eval_on_start)
             else:
-                new = self._evaluate(args, state, control, kwargs)
+                new = self._evaluate(args, state, control, kwargs, complete=self._complete_for_trainer)
         if metrics is not None:
             metrics.update(new)
-            self._ensure_best_model_metric(args, metrics)
-
-    def _ensure_best_model_metric(self, args: TrainingArguments, metrics: dict[str, float]) -> None:
-        """With ``metric_for_best_model="sago/..."`` the Trainer raises KeyError when the key is missing (a
-        failed or skipped evaluation, a NaN mean, or a SAGO cadence other than the Trainer's). Monitoring must
-        not cost the run, so the last known value stands in, or the worst possible one with a warning."""
-        name = args.metric_for_best_model
-        if not name or not name.removeprefix("eval_").startswith("sago/"):
-            return
-        key = name if name.startswith("eval_") else f"eval_{name}"
-        if key in metrics:
-            return
-        known = [m[key] for _, m in sorted(self._done.items()) if key in m]
-        if known:
-            metrics[key] = known[-1]
-        else:
-            metrics[key] = -math.inf if args.greater_is_better else math.inf
-            logger.warning("sago: no value for %s at step %s; using the worst value so that this checkpoint is "
-                           "not chosen as the best", key, self.trainer.state.global_step if self.trainer else "?")
+            fill_missing(metrics, self._watched, args.greater_is_better, state.global_step)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         # Only a fallback: the final evaluation normally runs at the last step (see on_step_end); after
@@ -356,26 +331,8 @@ class SAGOCallback(TrainerCallback):
 
     def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int,
                        generation: bool = True) -> EvalResult:
-        config = self.config
-        while True:
-            evaluator = SAGOEvaluator(model, tokenizer, config=config)
-            tick, bar = evaluation_progress(evaluator, self.sets, step, disable_bar=args.disable_tqdm, say=logger.info,
-                                            generation=generation)
-            try:
-                return evaluator.evaluate(self.sets, progress=tick, generation=generation)
-            except RuntimeError as err:
-                # Under torch.distributed a retry on one rank would leave the others waiting in a collective.
-                if not is_oom(err) or config.batch_size == 1 or distributed.world_size() > 1:
-                    raise
-                # Out of memory: retry with half the batch (results do not depend on the batch size).
-                logger.warning("sago: out of memory at batch size %d, retrying with %d", config.batch_size,
-                               config.batch_size // 2)
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                config = SAGOConfig(**{**config.to_dict(), "batch_size": max(1, config.batch_size // 2)})
-            finally:
-                if bar is not None:
-                    bar.close()
+        return run_evaluator(model, tokenizer, self.sets, self.config, step, disable_bar=args.disable_tqdm,
+                             generation=generation)
 
     def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                   kwargs: dict[str, Any], complete: bool = False) -> dict[str, float]:
@@ -413,7 +370,11 @@ class SAGOCallback(TrainerCallback):
             if clock.add(seconds, partial=partial, at_start=at_start) and distributed.is_main_process():
                 logger.info(partial_cost_line(seconds, clock.full, self.generation_every))
             if at_start and distributed.is_main_process():
-                self._say_cost(args, state, seconds)
+                # Every evaluation is complete when all feed the Trainer's best-model metric.
+                every = 1 if self._complete_for_trainer and self.eval_steps is None else self.generation_every
+                self._costs.after_first(args, state, seconds, eval_steps=self.eval_steps, at_end=self.evaluate_at_end,
+                                        done=len(self._done), generation_every=every, auto=self._auto,
+                                        budget=self.overhead_budget)
         if self._auto and clock is not None and state.global_step > clock.step:
             # Look again one step later at the earliest; _schedule_auto then predicts the next due step.
             self._next_auto = state.global_step + 1
@@ -430,69 +391,13 @@ class SAGOCallback(TrainerCallback):
         self.last_metrics = metrics
         self._done[state.global_step] = metrics
         if distributed.is_main_process():
-            self._write(state, result, compare, seconds)
+            write_history(self.monitor, state, result, compare, seconds, self.failures)
         logged = metrics if self.log_level == "full" else headline_metrics(metrics, result)
-        self._log(logged, state, control)
-        if "tensorboard" in (args.report_to or []):
-            log_tensorboard_histograms(self.trainer, state, result)
-        if "wandb" in (args.report_to or []):
-            details = {k: v for k, v in metrics.items() if k not in logged}
-            settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,
-                        "overhead_budget": self.overhead_budget, "generation_every": self.generation_every,
-                        "sets": list(self.sets), **self.config.to_dict()}
-            log_wandb_extras(args, state, result, max_rows=self.log_unstable_groups, details=details,
-                             settings=to_jsonable(settings))
+        log_metrics(self.trainer, logged, state, control)
+        settings = {"eval_steps": self.eval_steps, "baseline": self.baseline, "log_level": self.log_level,
+                    "overhead_budget": self.overhead_budget, "generation_every": self.generation_every,
+                    "sets": list(self.sets), **self.config.to_dict()}
+        report_extras(args, state, self.trainer, result, metrics, logged, settings, self.log_unstable_groups)
         for listener in self._listeners:
             listener.on_sago_evaluate(args, state, control, result=result, evaluation=evaluation, monitor=self.monitor)
         return metrics
-
-    def _say_cost(self, args: TrainingArguments, state: TrainerState, seconds: float) -> None:
-        """After the first evaluation of the run: what one costs, and what the cadence will cost in all."""
-        n = planned_evaluations(
-            max_steps=state.max_steps, start_step=state.global_step, eval_steps=self.eval_steps,
-            trainer_strategy=str(getattr(args.eval_strategy, "value", args.eval_strategy)),
-            trainer_eval_steps=args.eval_steps, epochs=args.num_train_epochs, at_end=self.evaluate_at_end)
-        n_full = None if n is None else planned_complete(n, len(self._done) + 1, self.generation_every)
-        self._cost = None if n is None else {"n": n, "seconds": seconds, "n_full": n_full}
-        if n is None and self._auto and state.max_steps > 0:  # the automatic cadence: say whether it can fit
-            self._cost = {"n": 0, "seconds": seconds, "n_full": 0, "auto": 1.0}
-        logger.info(cost_line(seconds, n, state.max_steps, self.overhead_budget, n_full=n_full,
-                              generation_every=self.generation_every))
-
-    def _say_cost_share(self, state: TrainerState) -> None:
-        cost, self._cost, clock = self._cost, None, self._clock
-        if cost is not None and clock is not None and distributed.is_main_process():
-            steps = state.global_step - clock.step
-            step_s = clock.train_seconds(time.perf_counter()) / steps
-            if cost.get("auto"):
-                logger.info(auto_share_line(step_s, steps, state.max_steps - clock.step, cost["seconds"],
-                                            self.overhead_budget))
-                return
-            logger.info(share_line(step_s, steps, state.max_steps - clock.step, int(cost["n"]), cost["seconds"],
-                                   n_full=int(cost["n_full"]), partial_s=clock.partial))
-
-    def _write(self, state: TrainerState, result: EvalResult, compare: dict[str, Any], seconds: float) -> None:
-        if self.monitor is None:
-            return
-        is_baseline = self.monitor.baseline is not None and self.monitor.baseline.step == state.global_step
-        entry = history_entry(state.global_step, float(state.epoch or 0.0), result, compare, seconds, is_baseline)
-        try:
-            # Group records first: a history line never points at records that are not on disk.
-            self.monitor.record(state.global_step, RecordsWithoutInstability(result) if is_partial(result) else result,
-                                to_jsonable(entry))
-        except OSError as err:
-            logger.error("sago: could not write the evaluation history (%s); training continues", err)
-            self.failures.append({"step": state.global_step, "error": f"OSError: {err}"})
-
-    def _log(self, metrics: dict[str, float], state: TrainerState, control: TrainerControl) -> None:
-        if self.trainer is not None:
-            # Trainer.log resets control.should_log (and the handler may touch other flags); keep the
-            # Trainer's own plans for this step (its loss log, evaluation, checkpoint) intact.
-            flags = (control.should_log, control.should_evaluate, control.should_save)
-            self.trainer.log(dict(metrics))
-            control.should_log, control.should_evaluate, control.should_save = flags
-        else:
-            # Unbound: what Trainer.log records, without the report_to integrations (see the module doc).
-            state.log_history.append({**metrics, "step": state.global_step})
-            if distributed.is_main_process():
-                logger.info("sago metrics: %s", metrics)

@@ -5,7 +5,10 @@ import here, so the CLI starts fast."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from ..errors import SagoInputError
 
 
 @dataclass
@@ -23,7 +26,9 @@ class MonitorOptions:
                                   "(generation, mirroring, accuracy; confidence on groups without a reference) only "
                                   "at every N-th evaluation; the others compute the rest, with the same values, at "
                                   "a fraction of the cost. The baseline and the final evaluation are always "
-                                  "complete. 1 = every evaluation complete."})
+                                  "complete, and so are those at the Trainer's evaluation steps when "
+                                  "metric_for_best_model names a sago/ metric that needs generation. 1 = every "
+                                  "evaluation complete."})
     log_level: str = field(default="default", metadata={"help": "What each evaluation sends to the Trainer log "
                            "(console, TensorBoard, W&B charts). default: per set the axis means, instability and "
                            "accuracy, plus the overall instability and the runtime; CI bounds, p-values, "
@@ -32,6 +37,20 @@ class MonitorOptions:
 
 
 LOG_LEVELS = ("default", "full")
+
+
+def check_monitor_options(*, eval_steps: object, generation_every: object, overhead_budget: object,
+                          log_level: object) -> None:
+    """Refuse a :class:`MonitorOptions` value of the wrong kind or range (SagoInputError naming the key)."""
+    if isinstance(generation_every, bool) or not isinstance(generation_every, int) or generation_every < 1:
+        raise SagoInputError(f"expected a positive integer, got {generation_every!r}", key="generation_every",
+                             hint="1 computes every axis at every evaluation")
+    if eval_steps is not None and (not isinstance(eval_steps, int) or eval_steps < 1):
+        raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
+    if not (isinstance(overhead_budget, (int, float)) and overhead_budget > 0 and math.isfinite(overhead_budget)):
+        raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
+    if log_level not in LOG_LEVELS:
+        raise SagoInputError(f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
 
 
 @dataclass

@@ -1,0 +1,64 @@
+"""What an evaluation covers before any forward pass: which groups (the seeded subset of ``max_groups``) and,
+for the Trainer callback's cheaper evaluations (``generation=False``), which axes can be computed without
+greedy decoding and whether a set needs a decoding pass at all."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from ..data.groups import VariantGroup, VariantSet
+from ..functional.axes import Axis, GroupInputs
+
+
+def select_groups(vs: VariantSet, max_groups: int | None, seed: int) -> list[int]:
+    """Indices of the groups to evaluate: all (``max_groups`` None or 0), or a seeded subset that depends only
+    on the seed, the set's name and its size, so it is the same at every evaluation and after a resume."""
+    n = len(vs)
+    if not max_groups or max_groups >= n:
+        return list(range(n))
+    return sorted(random.Random(f"sago-subset:{seed}:{vs.name}").sample(range(n), max_groups))
+
+
+def needs_generation(needs: Iterable[str], groups: list[VariantGroup], generation: bool = True) -> bool:
+    """Whether ``groups`` need a greedy decoding pass, given what the axes ``needs`` (``generation=False``:
+    never)."""
+    if not generation:
+        return False
+    needs = set(needs)
+    if "generations" in needs:
+        return True
+    if "logprobs" in needs and any(g.reference is None for g in groups):
+        return True  # r falls back to the canonical variant's greedy output
+    return any(g.reference is not None or g.choices is not None for g in groups)  # correctness
+
+
+def axes_computed(axes: list[Axis], groups: list[VariantGroup], generation: bool = True) -> list[Axis]:
+    """The axes computed on ``groups``: all of them, or with ``generation=False`` those that need no greedy
+    output: generation and mirroring are left out, and confidence too when a group has no reference (its
+    r is then the canonical variant's greedy output)."""
+    if generation:
+        return axes
+    no_ref = any(g.reference is None for g in groups)
+    return [a for a in axes if "generations" not in a.needs and not ("logprobs" in a.needs and no_ref)]
+
+
+def variant_text(variant: Any) -> str:
+    """A variant as text: a string as is, chat messages' contents joined by newlines (for word-level axes)."""
+    if isinstance(variant, str):
+        return variant
+    return "\n".join(m.get("content", "") for m in variant)
+
+
+def subset_inputs(g: GroupInputs, idx: list[int]) -> GroupInputs:
+    """The same group restricted to the variants ``idx`` (the split halves of a finding)."""
+    return GroupInputs(
+        prompts=[g.prompts[i] for i in idx],
+        reference=g.reference,
+        outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
+        hidden=g.hidden[idx] if g.hidden is not None else None,
+        layers=g.layers,
+        logprobs=g.logprobs[idx] if g.logprobs is not None else None,
+        similarity=g.similarity,
+    )
