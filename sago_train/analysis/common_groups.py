@@ -131,16 +131,22 @@ def scores(evals: Sequence[Evaluation], scope: SetScope, axis: str, *, seed: int
         if not scope.recompute:
             return _recorded(evals, scope.set, axis), None
         return {e.label: sc for e in evals if (sc := _accuracy(e, scope.set, ids)) is not None}, None
-    values = [e.group_values(scope.set, axis) or {} for e in evals]
-    keep = [g for g in ids if all(math.isfinite(v.get(g, math.nan)) for v in values)]
-    if not scope.recompute and len(keep) == len(ids):
-        return _recorded(evals, scope.set, axis), None
-    if not keep and not any(math.isfinite(v.get(g, math.nan)) for v in values for g in ids):
+    # An entry that did not compute the axis at all (e.g. an evaluation without generation,
+    # SAGOCallback(generation_every=N)) drops out of this axis; the others are compared on their common groups.
+    pairs = [(e, e.group_values(scope.set, axis) or {}) for e in evals]
+    present = [(e, v) for e, v in pairs if any(math.isfinite(v.get(g, math.nan)) for g in ids)]
+    if not present:
         return {}, None  # undefined for every entry on every common group: nothing to rank, nothing to say
+    absent = [e.label for e, _ in pairs if all(e is not p for p, _ in present)]
+    keep = [g for g in ids if all(math.isfinite(v.get(g, math.nan)) for _, v in present)]
+    notes = [f"set '{scope.set}', {axis}: not computed by {', '.join(absent)}"] if absent else []
+    if not scope.recompute and len(keep) == len(ids):
+        recorded = _recorded([e for e, _ in present], scope.set, axis)
+        return recorded, "; ".join(notes) or None
     out = {e.label: stats.bootstrap_ci(np.array([v[g] for g in keep]), seed=seed).to_dict()
-           for e, v in zip(evals, values)} if keep else {}
-    note = None
+           for e, v in present} if keep else {}
     if len(keep) < len(ids):
-        note = (f"set '{scope.set}', {axis}: undefined on {len(ids) - len(keep)} of the {len(ids)} common groups for "
-                f"some entry; scored on the {len(keep)} where every entry has a value")
+        notes.append(f"set '{scope.set}', {axis}: undefined on {len(ids) - len(keep)} of the {len(ids)} common groups "
+                     f"for some entry; scored on the {len(keep)} where every entry has a value")
+    note = "; ".join(notes) or None
     return out, note
