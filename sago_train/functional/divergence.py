@@ -91,23 +91,59 @@ def anchor_kl(logprobs: torch.Tensor, canonical: int | torch.Tensor = 0, floor: 
 
 
 # Rows of ``[K, V]`` processed at once by the fused functions: at most 1/8 of the input and at most 64 MiB of
-# float32 per temporary, so that the float32 intermediates never add more than a fraction of the input.
+# float32 per temporary, so that the float32 intermediates never add more than a fraction of the input; but
+# never split below 1 MiB a chunk (smaller chunks bound nothing that matters and cost a Python loop per chunk).
 _CHUNK_BYTES = 64 * 2**20
+_CHUNK_MIN_BYTES = 2**20
 _CHUNK_PARTS = 8
+# Below this many elements ([..., K, V] in all) divergence_from_logits uses the plain autograd composition:
+# there its memory is negligible (< 256 KiB) and the fused function's fixed cost (a custom autograd node, a
+# check, a loop) made it up to 1.5x slower with bfloat16 input; from here up the fused path is 0.25-0.95x the
+# composition's time (forward + backward, one CPU thread; BENCHMARKS.md "Stability loss").
+FUSED_MIN_ELEMENTS = 2**16
 
 
 def _chunks(rows: int, k: int, v: int) -> list[tuple[int, int]]:
-    per = max(1, min(math.ceil(rows / _CHUNK_PARTS), _CHUNK_BYTES // max(k * v * 4, 1)))
+    row_bytes = max(k * v * 4, 1)
+    per = max(1, min(max(math.ceil(rows / _CHUNK_PARTS), _CHUNK_MIN_BYTES // row_bytes), _CHUNK_BYTES // row_bytes))
     return [(i, min(i + per, rows)) for i in range(0, rows, per)]
 
 
+def _js_fast(z: torch.Tensor, want_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """JS divergence of ``log_softmax(z)`` ``[rows, K, V]`` and, if ``want_grad``, its gradient with respect to
+    ``z`` per unit of output; ``None`` when a log-probability is below the floor or not finite (then the
+    general path, with its clamps and masks, is needed).
+
+    Where every log-probability is finite and above the floor, the clamp and the ``p > 0`` / alive masks of
+    :func:`js_divergence` and of the general backward change nothing, so this computes the same expressions,
+    in the same order, without them, and shares ``log_softmax``, ``p`` and ``p * (lp - log m)`` between the
+    value and the gradient.
+    """
+    lp = torch.log_softmax(z, -1)
+    if not bool(lp.amin() >= LOGPROB_FLOOR):  # also False for NaN
+        return None
+    k = lp.shape[-2]
+    log_m = torch.logsumexp(lp, dim=-2, keepdim=True) - math.log(k)
+    p = lp.exp()
+    pd = p * (lp - log_m)
+    value = pd.sum(-1).mean(-1)
+    if not want_grad:
+        return value, None
+    g_l = pd / k
+    return value, g_l - p * g_l.sum(-1, keepdim=True)
+
+
 class _FusedDivergence(torch.autograd.Function):
-    """``js_divergence`` / ``anchor_kl`` of ``log_softmax(logits)``, saving only the logits.
+    """``js_divergence`` / ``anchor_kl`` of ``log_softmax(logits)``, saving one ``[..., K, V]`` tensor.
 
     The autograd version keeps about six float32 copies of ``[..., K, V]`` alive until backward; this one
-    computes in chunks and recomputes in backward, with the closed-form gradients
-    ``dJS/dl_k = p_k (l_k - log m) / K`` and ``dKL_k/dl_k = -p_c / (K-1)`` (k != c), taken through the
-    log-softmax as ``g_z = g_l - softmax(z) * sum_v g_l``.
+    computes in chunks, with the closed-form gradients ``dJS/dl_k = p_k (l_k - log m) / K`` and
+    ``dKL_k/dl_k = -p_c / (K-1)`` (k != c), taken through the log-softmax as
+    ``g_z = g_l - softmax(z) * sum_v g_l``. For float32/float64 logits and the JS divergence, the gradient
+    per unit of output is computed in the forward while ``log_softmax`` and ``p`` are at hand and saved in
+    place of the logits (the same size), so backward is one multiplication; otherwise (half-precision logits,
+    whose float32 gradient would be twice their size, or the anchor KL, or a log-probability below the
+    floor) the logits are saved and backward recomputes.
     """
 
     @staticmethod
@@ -117,27 +153,47 @@ class _FusedDivergence(torch.autograd.Function):
         canon = None if canonical is None else canonical.reshape(-1)
         out = torch.empty(flat.shape[0], dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32,
                           device=logits.device)
+        precompute = (canon is None and floor == LOGPROB_FLOOR and ctx.needs_input_grad[0]
+                      and logits.dtype in (torch.float32, torch.float64))
+        grad_unit = torch.empty_like(flat) if precompute else None
         with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
             for a, b in _chunks(flat.shape[0], k, v):
                 z = _upcast(flat[a:b])
+                fast = _js_fast(z, grad_unit is not None) if canon is None and floor == LOGPROB_FLOOR else None
+                if fast is not None:
+                    out[a:b] = fast[0]
+                    if grad_unit is not None:
+                        grad_unit[a:b] = fast[1]
+                    continue
+                if grad_unit is not None:
+                    # A chunk needs the general path: drop the precomputed gradient, recompute in backward.
+                    grad_unit = None
                 lp = torch.log_softmax(z, -1)
                 out[a:b] = js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon[a:b], floor)
-        ctx.save_for_backward(logits, canonical)
+        ctx.precomputed = grad_unit is not None
+        ctx.save_for_backward(grad_unit if grad_unit is not None else logits, canonical)
         ctx.floor = floor
+        ctx.shape = logits.shape
         return out.reshape(logits.shape[:-2])
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
-        logits, canonical = ctx.saved_tensors
+        saved, canonical = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None
-        k, v = logits.shape[-2:]
-        flat = logits.reshape(-1, k, v)
-        canon = None if canonical is None else canonical.reshape(-1)
+        k, v = ctx.shape[-2:]
+        flat = saved.reshape(-1, k, v)
         g_out = grad_out.reshape(-1)
+        if ctx.precomputed:
+            return (flat * g_out[:, None, None].to(flat.dtype)).reshape(ctx.shape), None, None
+        canon = None if canonical is None else canonical.reshape(-1)
         grad = torch.empty_like(flat)
-        with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
+        with torch.no_grad(), torch.autocast(device_type=saved.device.type, enabled=False):
             for a, b in _chunks(flat.shape[0], k, v):
+                fast = _js_fast(_upcast(flat[a:b]), True) if canon is None and ctx.floor == LOGPROB_FLOOR else None
+                if fast is not None and fast[1] is not None:
+                    grad[a:b] = (fast[1] * g_out[a:b, None, None].to(fast[1].dtype)).to(grad.dtype)
+                    continue
                 lp_raw = torch.log_softmax(_upcast(flat[a:b]), -1)
                 lp = lp_raw.clamp_min(ctx.floor)
                 alive = lp_raw >= ctx.floor  # the floor (clamp) passes no gradient below it
@@ -153,7 +209,7 @@ class _FusedDivergence(torch.autograd.Function):
                 g_l = torch.where(alive, g_l, torch.zeros_like(g_l))
                 g_z = g_l - lp_raw.exp() * g_l.sum(-1, keepdim=True)
                 grad[a:b] = (g_z * g_out[a:b, None, None].to(g_z.dtype)).to(grad.dtype)
-        return grad.reshape(logits.shape), None, None
+        return grad.reshape(ctx.shape), None, None
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -166,9 +222,10 @@ def divergence_from_logits(
     """Memory-lean ``js_divergence(log_softmax(logits))`` (``canonical=None``) or
     ``anchor_kl(log_softmax(logits), canonical)``: ``[..., K, V] -> [...]``.
 
-    Same values and gradients as the composition (float32, or float64 for float64 input), but only the
-    logits are kept for backward (in their own dtype) and the float32 work is done in chunks, which is what
-    lets the stability loss add little to the training step's peak memory.
+    Same values and gradients as the composition (float32, or float64 for float64 input), but only one
+    tensor of the logits' size is kept for backward and the float32 work is done in chunks, which is what
+    lets the stability loss add little to the training step's peak memory. Inputs under
+    ``FUSED_MIN_ELEMENTS`` elements take the composition itself (faster there, and their memory is negligible).
 
     Example:
         >>> z = torch.randn(2, 3, 7)
@@ -180,4 +237,8 @@ def divergence_from_logits(
     canon = None
     if canonical is not None:
         canon = _canonical_index(canonical, logits.shape[:-2], logits.shape[-2], logits.device)
+    if logits.numel() < FUSED_MIN_ELEMENTS:
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            lp = torch.log_softmax(_upcast(logits), -1)
+            return js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon, floor)
     return _FusedDivergence.apply(logits, canon, floor)
