@@ -73,15 +73,26 @@ def static_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
     return total
 
 
+def existing_storages(model: torch.nn.Module, opt: torch.optim.Optimizer) -> set[int]:
+    """Keys of the storages that live across steps (see :func:`static_bytes`)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    for state in opt.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return {t.untyped_storage()._cdata for t in tensors}
+
+
 class LiveTensorBytes(TorchDispatchMode):
     """Peak bytes of the tensor storages created while active and still alive (like CUDA's allocated bytes,
     without the caching allocator's rounding)."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing: set[int] | None = None) -> None:
         super().__init__()
         self.current = 0
         self.peak = 0
         self._live: dict[int, tuple[int, Any]] = {}
+        # Storages that exist before the step (parameters, buffers, optimizer state): an op returning a view
+        # of one (``weight.t()`` in every linear layer) creates no memory, and they are counted as a constant.
+        self._existing = existing or set()
 
     def _free(self, key: int) -> None:
         entry = self._live.pop(key, None)
@@ -91,7 +102,7 @@ class LiveTensorBytes(TorchDispatchMode):
     def _track(self, t: torch.Tensor) -> None:
         storage = t.untyped_storage()
         key = storage._cdata
-        if key in self._live:
+        if key in self._live or key in self._existing:
             return
         nbytes = storage.nbytes()
         # The weak reference's callback runs when the storage is freed (torch keeps one Python object per
@@ -124,7 +135,7 @@ def measure_memory(model, opt, fns, *, autocast: bool, device: str) -> dict[str,
             torch.cuda.synchronize()
             step = torch.cuda.max_memory_allocated() - base
         else:
-            tracker = LiveTensorBytes()
+            tracker = LiveTensorBytes(existing_storages(model, opt))
             with tracker:
                 train_step(model, opt, fn, autocast, device)
             step = tracker.peak

@@ -114,6 +114,9 @@ def _js_fast(z: torch.Tensor, want_grad: bool) -> tuple[torch.Tensor, torch.Tens
     ``z`` per unit of output; ``None`` when a log-probability is below the floor or not finite (then the
     general path, with its clamps and masks, is needed).
 
+    Measured on ``[32, 4, 49152]`` float32, forward + backward: 51 ms, against 71 ms for the general path
+    and 139 ms for the autograd composition (one CPU thread).
+
     Where every log-probability is finite and above the floor, the clamp and the ``p > 0`` / alive masks of
     :func:`js_divergence` and of the general backward change nothing, so this computes the same expressions,
     in the same order, without them, and shares ``log_softmax``, ``p`` and ``p * (lp - log m)`` between the
@@ -134,16 +137,18 @@ def _js_fast(z: torch.Tensor, want_grad: bool) -> tuple[torch.Tensor, torch.Tens
 
 
 class _FusedDivergence(torch.autograd.Function):
-    """``js_divergence`` / ``anchor_kl`` of ``log_softmax(logits)``, saving one ``[..., K, V]`` tensor.
+    """``js_divergence`` / ``anchor_kl`` of ``log_softmax(logits)``, saving only the logits.
 
     The autograd version keeps about six float32 copies of ``[..., K, V]`` alive until backward; this one
-    computes in chunks, with the closed-form gradients ``dJS/dl_k = p_k (l_k - log m) / K`` and
-    ``dKL_k/dl_k = -p_c / (K-1)`` (k != c), taken through the log-softmax as
-    ``g_z = g_l - softmax(z) * sum_v g_l``. For float32/float64 logits and the JS divergence, the gradient
-    per unit of output is computed in the forward while ``log_softmax`` and ``p`` are at hand and saved in
-    place of the logits (the same size), so backward is one multiplication; otherwise (half-precision logits,
-    whose float32 gradient would be twice their size, or the anchor KL, or a log-probability below the
-    floor) the logits are saved and backward recomputes.
+    computes in chunks and recomputes in backward, with the closed-form gradients
+    ``dJS/dl_k = p_k (l_k - log m) / K`` and ``dKL_k/dl_k = -p_c / (K-1)`` (k != c), taken through the
+    log-softmax as ``g_z = g_l - softmax(z) * sum_v g_l``. For the JS divergence, chunks whose
+    log-probabilities are all finite and above the floor take :func:`_js_fast` (no clamps or masks, shared
+    intermediates) in forward and backward.
+
+    Computing the gradient in the forward instead (and saving it in place of the logits) would make backward
+    one multiplication, but the logits and that gradient would then coexist at the end of the forward: on
+    SmolLM2 with LoRA and a 64-token target, +132 MiB (5%) on the step's peak, for ~1% of its time.
     """
 
     @staticmethod
@@ -153,42 +158,30 @@ class _FusedDivergence(torch.autograd.Function):
         canon = None if canonical is None else canonical.reshape(-1)
         out = torch.empty(flat.shape[0], dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32,
                           device=logits.device)
-        precompute = (canon is None and floor == LOGPROB_FLOOR and ctx.needs_input_grad[0]
-                      and logits.dtype in (torch.float32, torch.float64))
-        grad_unit = torch.empty_like(flat) if precompute else None
         with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
             for a, b in _chunks(flat.shape[0], k, v):
                 z = _upcast(flat[a:b])
-                fast = _js_fast(z, grad_unit is not None) if canon is None and floor == LOGPROB_FLOOR else None
+                fast = _js_fast(z, False) if canon is None and floor == LOGPROB_FLOOR else None
                 if fast is not None:
                     out[a:b] = fast[0]
-                    if grad_unit is not None:
-                        grad_unit[a:b] = fast[1]
                     continue
-                if grad_unit is not None:
-                    # A chunk needs the general path: drop the precomputed gradient, recompute in backward.
-                    grad_unit = None
                 lp = torch.log_softmax(z, -1)
                 out[a:b] = js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon[a:b], floor)
-        ctx.precomputed = grad_unit is not None
-        ctx.save_for_backward(grad_unit if grad_unit is not None else logits, canonical)
+        ctx.save_for_backward(logits, canonical)
         ctx.floor = floor
-        ctx.shape = logits.shape
         return out.reshape(logits.shape[:-2])
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
-        saved, canonical = ctx.saved_tensors
+        logits, canonical = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None
-        k, v = ctx.shape[-2:]
-        flat = saved.reshape(-1, k, v)
-        g_out = grad_out.reshape(-1)
-        if ctx.precomputed:
-            return (flat * g_out[:, None, None].to(flat.dtype)).reshape(ctx.shape), None, None
+        k, v = logits.shape[-2:]
+        flat = logits.reshape(-1, k, v)
         canon = None if canonical is None else canonical.reshape(-1)
+        g_out = grad_out.reshape(-1)
         grad = torch.empty_like(flat)
-        with torch.no_grad(), torch.autocast(device_type=saved.device.type, enabled=False):
+        with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
             for a, b in _chunks(flat.shape[0], k, v):
                 fast = _js_fast(_upcast(flat[a:b]), True) if canon is None and ctx.floor == LOGPROB_FLOOR else None
                 if fast is not None and fast[1] is not None:
@@ -209,7 +202,7 @@ class _FusedDivergence(torch.autograd.Function):
                 g_l = torch.where(alive, g_l, torch.zeros_like(g_l))
                 g_z = g_l - lp_raw.exp() * g_l.sum(-1, keepdim=True)
                 grad[a:b] = (g_z * g_out[a:b, None, None].to(g_z.dtype)).to(grad.dtype)
-        return grad.reshape(ctx.shape), None, None
+        return grad.reshape(logits.shape), None, None
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -222,8 +215,8 @@ def divergence_from_logits(
     """Memory-lean ``js_divergence(log_softmax(logits))`` (``canonical=None``) or
     ``anchor_kl(log_softmax(logits), canonical)``: ``[..., K, V] -> [...]``.
 
-    Same values and gradients as the composition (float32, or float64 for float64 input), but only one
-    tensor of the logits' size is kept for backward and the float32 work is done in chunks, which is what
+    Same values and gradients as the composition (float32, or float64 for float64 input), but only the
+    logits are kept for backward (in their own dtype) and the float32 work is done in chunks, which is what
     lets the stability loss add little to the training step's peak memory. Inputs under
     ``FUSED_MIN_ELEMENTS`` elements take the composition itself (faster there, and their memory is negligible).
 

@@ -201,17 +201,33 @@ def _previous_general_path(z: torch.Tensor) -> torch.Tensor:
     return divergence_module._FusedDivergence.apply(z, None, -5.0e3)
 
 
+def _count_fast_chunks(monkeypatch) -> list[int]:
+    """Count the chunks the fast path served (forward, backward)."""
+    served = []
+    real = divergence_module._js_fast
+
+    def counting(z, want_grad):
+        out = real(z, want_grad)
+        served.append(out is not None)
+        return out
+
+    monkeypatch.setattr(divergence_module, "_js_fast", counting)
+    return served
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_fast_path_equals_the_general_path_in_value_and_gradient(dtype, fused_always):
+def test_fast_path_equals_the_general_path_in_value_and_gradient(dtype, fused_always, monkeypatch):
     g = torch.Generator().manual_seed(3)
     z = (torch.randn(6, 5, 4, 300, generator=g) * 4).to(dtype)  # 30 rows: 8 chunks
     a, b = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
-    fast, general = divergence_from_logits(a), _previous_general_path(b)
-    # float32/float64 save the gradient computed in the forward; half precision recomputes (fast) in backward
-    assert fast.grad_fn.precomputed == (dtype != torch.bfloat16) and not general.grad_fn.precomputed
+    general = _previous_general_path(b)
+    served = _count_fast_chunks(monkeypatch)
+    fast = divergence_from_logits(a)
+    assert len(served) == 8 and all(served)
     assert torch.allclose(fast, general, atol=1e-6, rtol=0)
     w = torch.rand(6, 5, generator=g, dtype=fast.dtype)
     (fast * w).sum().backward()
+    assert len(served) == 16 and all(served)  # backward: the fast path too
     (general * w).sum().backward()
     assert torch.allclose(a.grad.double(), b.grad.double(), atol=1e-5, rtol=0)
     # and both equal the plain autograd composition
@@ -222,13 +238,14 @@ def test_fast_path_equals_the_general_path_in_value_and_gradient(dtype, fused_al
     assert torch.allclose(a.grad.double(), c.grad.double(), atol=1e-5, rtol=0)
 
 
-def test_a_chunk_below_the_floor_sends_the_whole_call_to_the_general_path(fused_always):
+def test_a_chunk_below_the_floor_takes_the_general_path(fused_always, monkeypatch):
     g = torch.Generator().manual_seed(4)
     z = torch.randn(16, 3, 40, generator=g, dtype=torch.float64) * 3
     z[13, 1, :7] = -float("inf")  # only a late chunk needs the floor
     a, b = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
+    served = _count_fast_chunks(monkeypatch)
     out = divergence_from_logits(a)
-    assert not out.grad_fn.precomputed
+    assert served == [True] * 6 + [False] + [True]  # 8 chunks of 2 rows; row 13 is in the 7th
     ref = js_divergence(torch.log_softmax(b, -1))
     assert torch.allclose(out, ref, atol=1e-12)
     out.sum().backward()
