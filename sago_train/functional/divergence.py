@@ -114,8 +114,8 @@ def _js_fast(z: torch.Tensor, want_grad: bool) -> tuple[torch.Tensor, torch.Tens
     ``z`` per unit of output; ``None`` when a log-probability is below the floor or not finite (then the
     general path, with its clamps and masks, is needed).
 
-    Measured on ``[32, 4, 49152]`` float32, forward + backward: 51 ms, against 71 ms for the general path
-    and 139 ms for the autograd composition (one CPU thread).
+    Measured on ``[2, 16, 4, 49152]`` float32, forward + backward, one CPU thread (best of 7): 48 ms, against
+    71 ms for the general path and 87 ms for the autograd composition.
 
     Where every log-probability is finite and above the floor, the clamp and the ``p > 0`` / alive masks of
     :func:`js_divergence` and of the general backward change nothing, so this computes the same expressions,
