@@ -136,6 +136,26 @@ def _js_fast(z: torch.Tensor, want_grad: bool) -> tuple[torch.Tensor, torch.Tens
     return value, g_l - p * g_l.sum(-1, keepdim=True)
 
 
+def _unit_grad_general(z: torch.Tensor, canon: torch.Tensor | None, floor: float) -> torch.Tensor:
+    """Gradient of ``js_divergence`` / ``anchor_kl`` of ``log_softmax(z)`` ``[rows, K, V]`` with respect to
+    ``z``, per unit of output, with the floor's clamp and the masks (any input)."""
+    k, v = z.shape[-2:]
+    lp_raw = torch.log_softmax(z, -1)
+    lp = lp_raw.clamp_min(floor)
+    alive = lp_raw >= floor  # the floor (clamp) passes no gradient below it
+    p = lp.exp()
+    if canon is None:
+        log_m = torch.logsumexp(lp, dim=-2, keepdim=True) - math.log(k)
+        g_l = torch.where(p > 0, p * (lp - log_m), torch.zeros_like(p)) / k
+    else:
+        idx = canon.to(torch.long)
+        p_c = p.gather(1, idx[:, None, None].expand(-1, 1, v))  # [rows, 1, V]
+        g_l = (-p_c / (k - 1)).expand_as(p).clone()
+        g_l[torch.arange(z.shape[0], device=p.device), idx] = 0.0
+    g_l = torch.where(alive, g_l, torch.zeros_like(g_l))
+    return g_l - lp_raw.exp() * g_l.sum(-1, keepdim=True)
+
+
 class _FusedDivergence(torch.autograd.Function):
     """``js_divergence`` / ``anchor_kl`` of ``log_softmax(logits)``, saving only the logits.
 
@@ -187,22 +207,43 @@ class _FusedDivergence(torch.autograd.Function):
                 if fast is not None and fast[1] is not None:
                     grad[a:b] = (fast[1] * g_out[a:b, None, None].to(fast[1].dtype)).to(grad.dtype)
                     continue
-                lp_raw = torch.log_softmax(_upcast(flat[a:b]), -1)
-                lp = lp_raw.clamp_min(ctx.floor)
-                alive = lp_raw >= ctx.floor  # the floor (clamp) passes no gradient below it
-                p = lp.exp()
-                if canon is None:
-                    log_m = torch.logsumexp(lp, dim=-2, keepdim=True) - math.log(k)
-                    g_l = torch.where(p > 0, p * (lp - log_m), torch.zeros_like(p)) / k
-                else:
-                    idx = canon[a:b].to(torch.long)
-                    p_c = p.gather(1, idx[:, None, None].expand(-1, 1, v))  # [rows, 1, V]
-                    g_l = (-p_c / (k - 1)).expand_as(p).clone()
-                    g_l[torch.arange(b - a, device=p.device), idx] = 0.0
-                g_l = torch.where(alive, g_l, torch.zeros_like(g_l))
-                g_z = g_l - lp_raw.exp() * g_l.sum(-1, keepdim=True)
+                g_z = _unit_grad_general(_upcast(flat[a:b]), None if canon is None else canon[a:b], ctx.floor)
                 grad[a:b] = (g_z * g_out[a:b, None, None].to(g_z.dtype)).to(grad.dtype)
         return grad.reshape(logits.shape), None, None
+
+
+class _FusedDivergenceConsuming(torch.autograd.Function):
+    """:class:`_FusedDivergence` for a float32/float64 input nobody else needs after this call: each chunk's
+    gradient per unit of output is computed in the forward (sharing ``log_softmax`` and ``p`` with the
+    value) and written over that chunk of the input, which is marked dirty and saved; backward is one
+    multiplication. No tensor beyond the input's size is kept, and there is no recompute."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, canonical: torch.Tensor | None, floor: float):  # type: ignore[override]
+        k, v = logits.shape[-2:]
+        flat = logits.view(-1, k, v)
+        canon = None if canonical is None else canonical.reshape(-1)
+        out = torch.empty(flat.shape[0], dtype=logits.dtype, device=logits.device)
+        with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
+            for a, b in _chunks(flat.shape[0], k, v):
+                z = flat[a:b]
+                fast = _js_fast(z, True) if canon is None and floor == LOGPROB_FLOOR else None
+                if fast is not None and fast[1] is not None:
+                    out[a:b], unit = fast
+                else:
+                    lp = torch.log_softmax(z, -1)
+                    c = None if canon is None else canon[a:b]
+                    out[a:b] = js_divergence(lp, floor) if c is None else anchor_kl(lp, c, floor)
+                    unit = _unit_grad_general(z, c, floor)
+                z.copy_(unit)
+        ctx.mark_dirty(logits)
+        ctx.save_for_backward(logits)
+        return out.reshape(logits.shape[:-2]), logits
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor, _grad_consumed: torch.Tensor | None):  # type: ignore[override]
+        (unit,) = ctx.saved_tensors
+        return unit * grad_out[..., None, None].to(unit.dtype), None, None
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -210,7 +251,11 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
 
 
 def divergence_from_logits(
-    logits: torch.Tensor, canonical: int | torch.Tensor | None = None, floor: float = LOGPROB_FLOOR
+    logits: torch.Tensor,
+    canonical: int | torch.Tensor | None = None,
+    floor: float = LOGPROB_FLOOR,
+    *,
+    consume: bool = False,
 ) -> torch.Tensor:
     """Memory-lean ``js_divergence(log_softmax(logits))`` (``canonical=None``) or
     ``anchor_kl(log_softmax(logits), canonical)``: ``[..., K, V] -> [...]``.
@@ -219,6 +264,11 @@ def divergence_from_logits(
     logits are kept for backward (in their own dtype) and the float32 work is done in chunks, which is what
     lets the stability loss add little to the training step's peak memory. Inputs under
     ``FUSED_MIN_ELEMENTS`` elements take the composition itself (faster there, and their memory is negligible).
+
+    ``consume=True`` declares that nothing else uses ``logits`` after this call (and that no autograd node
+    saved it): a float32/float64 contiguous input is then overwritten with the gradient, computed in the
+    forward, so backward is one multiplication with nothing recomputed and no extra memory. The stability
+    loss passes the target rows it selected for this call only. Other inputs ignore the flag.
 
     Example:
         >>> z = torch.randn(2, 3, 7)
@@ -234,4 +284,7 @@ def divergence_from_logits(
         with torch.autocast(device_type=logits.device.type, enabled=False):
             lp = torch.log_softmax(_upcast(logits), -1)
             return js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon, floor)
+    if (consume and logits.requires_grad and torch.is_grad_enabled() and logits._base is None
+            and logits.is_contiguous() and logits.dtype in (torch.float32, torch.float64)):
+        return _FusedDivergenceConsuming.apply(logits, canon, floor)[0]
     return _FusedDivergence.apply(logits, canon, floor)

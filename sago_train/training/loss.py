@@ -250,7 +250,13 @@ class StabilityLoss:
                     self.single_group_batches += 1
             if rows is not None and mask is not None:
                 canonical = None if cfg.mode != "anchor" else layout.canonical[:, None].expand_as(mask)
-                per_pos = divergence_from_logits(rows, canonical)  # [G, T]: JS, or KL to the canonical
+                # The rows selected in the forward serve this call only (no node saved them): the divergence
+                # may overwrite them with their gradient (no recompute in backward, no second rows-sized
+                # tensor); the capture stops exposing them.
+                consume = rows is capture.head_rows
+                if consume:
+                    capture.head_rows = None
+                per_pos = divergence_from_logits(rows, canonical, consume=consume)  # [G, T]: JS, or KL
                 w = mask.to(per_pos.dtype)
                 out.conf = ((per_pos * w).sum(-1) / w.sum(-1).clamp_min(1.0)).mean()
         return out

@@ -281,3 +281,37 @@ def test_chunks_cover_the_rows_and_respect_the_size_bounds():
         most_rows = max(divergence_module._CHUNK_BYTES // (k * v * 4), 1)
         assert len(chunks) <= max(divergence_module._CHUNK_PARTS, math.ceil(rows / most_rows))
     assert LOGPROB_FLOOR == -1.0e4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("canonical", [None, 1])
+def test_consume_computes_the_gradient_in_the_forward_with_the_same_values(dtype, canonical, fused_always):
+    # consume=True overwrites a disposable input with its gradient per unit of output; values and gradients
+    # equal the non-consuming path, also where a chunk needs the general path (-inf).
+    g = torch.Generator().manual_seed(6)
+    base = (torch.randn(3, 10, 4, 50, generator=g) * 4).to(dtype)
+    base[1, 7, 2, :9] = -float("inf")
+    w = torch.rand(3, 10, generator=g, dtype=dtype)
+    results = []
+    for consume in (False, True):
+        leaf = base.clone().requires_grad_(True)
+        rows = leaf * 1.0  # a fresh non-leaf tensor that no node saved
+        out = divergence_from_logits(rows, canonical, consume=consume)
+        assert (type(out.grad_fn).__name__ == "_FusedDivergenceConsumingBackward") == consume
+        (out * w).sum().backward()
+        results.append((out.detach(), leaf.grad))
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-6, rtol=0)
+    assert torch.isfinite(results[1][1]).all()
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-5, rtol=0)
+
+
+def test_consume_is_ignored_where_it_cannot_apply(fused_always):
+    z = torch.randn(3, 4, 20, requires_grad=True)
+    assert type(divergence_from_logits(z.to(torch.bfloat16), consume=True).grad_fn).__name__ == "_FusedDivergenceBackward"
+    view = (z * 1.0)[:, :2]  # a view: its base may be in use
+    assert type(divergence_from_logits(view, consume=True).grad_fn).__name__ == "_FusedDivergenceBackward"
+    with torch.no_grad():
+        x = z * 1.0
+        before = x.clone()
+        divergence_from_logits(x, consume=True)
+        assert torch.equal(x, before)  # nothing to differentiate: the input is left alone

@@ -71,6 +71,7 @@ def test_rows_selected_in_the_forward_equal_the_rows_selected_afterwards(batch, 
     loss.head_from_hidden = False  # the logits path (what the first batch's check leaves for a plain head)
     cap, out, tapped, g_tapped = _step_grads(model, loss, batch, tap=True, autocast=autocast)
     assert type(out.logits.grad_fn).__name__ == "_TapRowsBackward" and cap.head_output is out.logits
+    assert cap.head_rows is None  # handed to the divergence, which may overwrite them (consume=True)
     cap_ref, out_ref, ref, g_ref = _step_grads(model, loss, batch, tap=False, autocast=autocast)
     assert cap_ref.head_rows is None and type(out_ref.logits.grad_fn).__name__ != "_TapRowsBackward"
     assert torch.equal(out.logits, out_ref.logits)
