@@ -176,6 +176,17 @@ def pool_hidden(hidden: torch.Tensor, layout: GroupLayout, pooling: str) -> torc
     return vec[layout.order].view(layout.num_groups, layout.group_size, -1)
 
 
+def predicting_index(layout: GroupLayout, seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``(row_index, pos_index)`` pair ``[G, T, K]`` each that :func:`predicting_rows` uses to pick the
+    target-predicting rows of a ``[N, seq_len, D]`` tensor, and the position mask ``[G, T]``."""
+    g, k, t = layout.num_groups, layout.group_size, layout.max_target
+    pos, mask = _positions(layout, layout.prompt_length - 1, seq_len)
+    row_index = layout.order.view(g, k)[:, None, :].expand(g, t, k)
+    pos_index = pos[layout.order].view(g, k, t).transpose(1, 2)
+    mask = mask[layout.order].view(g, k, t)[:, 0]
+    return row_index, pos_index, mask
+
+
 def predicting_rows(x: torch.Tensor, layout: GroupLayout) -> tuple[torch.Tensor, torch.Tensor]:
     """The rows of ``x`` ``[N, S, D]`` that predict each target token, lined up as ``[G, T, K, D]``, and
     the position mask ``[G, T]``.
@@ -183,11 +194,7 @@ def predicting_rows(x: torch.Tensor, layout: GroupLayout) -> tuple[torch.Tensor,
     The distribution predicting target token j sits at position ``prompt_length - 1 + j``. Because the
     target is shared, position j means the same target token for every variant of a group.
     """
-    g, k, t = layout.num_groups, layout.group_size, layout.max_target
-    pos, mask = _positions(layout, layout.prompt_length - 1, x.shape[1])
-    row_index = layout.order.view(g, k)[:, None, :].expand(g, t, k)
-    pos_index = pos[layout.order].view(g, k, t).transpose(1, 2)
-    mask = mask[layout.order].view(g, k, t)[:, 0]
+    row_index, pos_index, mask = predicting_index(layout, x.shape[1])
     return x[row_index, pos_index], mask
 
 

@@ -18,14 +18,17 @@
 
 Capture: forward hooks on the chosen decoder blocks keep a reference to each block's output during the one
 forward pass (a tensor autograd keeps alive anyway, as the next block's saved input), and only the pooled
-``[G, K, H]`` vectors are built from it. Nothing asks the model for ``output_hidden_states``. The hooks do
+``[G, K, H]`` vectors are built from it. Nothing asks the model for ``output_hidden_states``. The block hooks do
 no tensor work inside the forward, which keeps them correct when a block is recomputed under activation
 checkpointing: a recomputation happens during backward, after the hooks are removed; and if a model
 re-runs a block within the forward, the first capture is kept and the repeats are counted. A hook on the
 backbone keeps its output (the final hidden states); when the forward built no logits, the LM head is
 applied to the target-predicting rows only; when it did, those rows are selected from its logits (after a
-first batch checks that both agree). The divergence is a fused function that keeps only those rows for
-backward.
+first batch checks that both agree). Given the batch (``capture(model, groups, input_ids)``, as
+:meth:`StabilityLoss.forward` and the trainer do), a hook on the LM head selects those rows during the
+forward, through an identity autograd function whose backward adds their gradient into the task loss's
+logits gradient: no second logits-sized gradient buffer (at a 49k vocabulary it was 5% of a LoRA step's
+peak memory). The divergence is a fused function that keeps one rows-sized tensor for backward.
 
 Both terms are computed in float32 with autocast off, whatever the forward ran in (float64 for a float64
 model, so gradients can be checked by finite differences).
@@ -55,6 +58,7 @@ from .batch import (
     GroupLayout,
     group_layout,
     pool_hidden,
+    predicting_index,
     predicting_rows,
     split_batch,
     target_logprobs,
@@ -74,6 +78,7 @@ __all__ = [
     "group_layout",
     "logits_from_hidden",
     "pool_hidden",
+    "predicting_index",
     "predicting_rows",
     "split_batch",
     "target_logprobs",
@@ -149,9 +154,36 @@ class StabilityLoss:
     def wants_logits(self) -> bool:
         return self.config.conf_weight > 0
 
-    def capture(self, model: nn.Module) -> HiddenCapture:
-        """Hooks for one forward pass: the chosen blocks, and the backbone output for the confidence term."""
-        return HiddenCapture(model, self.layers, final_hidden=self.wants_logits)
+    def capture(
+        self,
+        model: nn.Module,
+        groups: Mapping[str, torch.Tensor] | None = None,
+        input_ids: torch.Tensor | None = None,
+    ) -> HiddenCapture:
+        """Hooks for one forward pass: the chosen blocks, and the backbone output for the confidence term.
+
+        Given the batch's ``groups`` and ``input_ids`` (pass them when the forward's logits will be given to
+        :meth:`terms`), the LM head's target-predicting rows are also selected during the forward, which
+        keeps the confidence term's backward from adding a logits-sized buffer to the step's peak memory
+        (see :class:`~sago_train.model.hooks.HiddenCapture`); the batch is validated here, before the forward.
+        """
+        head_index = head_shape = None
+        if self.wants_logits and groups is not None and input_ids is not None and input_ids.dim() == 2:
+            layout = group_layout(groups, input_ids)
+            row_index, pos_index, _ = predicting_index(layout, input_ids.shape[1])
+            head_index, head_shape = (row_index, pos_index), (int(input_ids.shape[0]), int(input_ids.shape[1]))
+        return HiddenCapture(
+            model, self.layers, final_hidden=self.wants_logits, head_index=head_index, head_shape=head_shape
+        )
+
+    @staticmethod
+    def _logit_rows(capture: HiddenCapture, logits: torch.Tensor, layout: GroupLayout) -> tuple[torch.Tensor, torch.Tensor]:
+        """``predicting_rows(logits, layout)``; the rows selected during the forward when ``logits`` is the
+        very tensor the LM head returned (the same values, an earlier node in the graph)."""
+        if capture.head_rows is not None and capture.head_output is logits:
+            _, _, mask = predicting_index(layout, logits.shape[1])
+            return capture.head_rows, mask
+        return predicting_rows(logits, layout)
 
     def _confidence_rows(
         self, capture: HiddenCapture, layout: GroupLayout, logits: torch.Tensor | None, model: nn.Module | None
@@ -160,7 +192,7 @@ class StabilityLoss:
             # The forward built the logits anyway: selecting the target-predicting rows costs no second LM-head
             # pass (at a 49k vocabulary that projection and its backward cost ~5% of a training step). The
             # projection below serves forwards that build no logits (TRL's fused head), checked once here.
-            return predicting_rows(logits, layout)
+            return self._logit_rows(capture, logits, layout)
         hidden_ok = capture.final is not None and model is not None and self.head_from_hidden is not False
         if hidden_ok:
             hidden_rows, mask = predicting_rows(capture.final, layout)
@@ -179,14 +211,14 @@ class StabilityLoss:
                         "the confidence term uses the logits instead (more memory)",
                         stacklevel=3,
                     )
-                    return predicting_rows(logits, layout)
+                    return self._logit_rows(capture, logits, layout)
             return rows, mask
         if logits is None:
             raise SagoInputError(
                 "the confidence term needs the logits or the final hidden states, and neither is available",
                 hint="set conf_weight=0, or do not skip the logits (e.g. liger kernels)",
             )
-        return predicting_rows(logits, layout)
+        return self._logit_rows(capture, logits, layout)
 
     def terms(
         self,
@@ -218,7 +250,13 @@ class StabilityLoss:
                     self.single_group_batches += 1
             if rows is not None and mask is not None:
                 canonical = None if cfg.mode != "anchor" else layout.canonical[:, None].expand_as(mask)
-                per_pos = divergence_from_logits(rows, canonical)  # [G, T]: JS, or KL to the canonical
+                # The rows selected in the forward serve this call only (no node saved them): the divergence
+                # may overwrite them with their gradient (no recompute in backward, no second rows-sized
+                # tensor); the capture stops exposing them.
+                consume = rows is capture.head_rows
+                if consume:
+                    capture.head_rows = None
+                per_pos = divergence_from_logits(rows, canonical, consume=consume)  # [G, T]: JS, or KL
                 w = mask.to(per_pos.dtype)
                 out.conf = ((per_pos * w).sum(-1) / w.sum(-1).clamp_min(1.0)).mean()
         return out
@@ -231,7 +269,7 @@ class StabilityLoss:
         model_inputs, groups = split_batch(batch)
         if groups is None:
             raise SagoInputError("not a stability batch (no 'group_index')", hint="use VariantGroupCollator")
-        with self.capture(model) as cap:
+        with self.capture(model, groups, model_inputs.get("input_ids")) as cap:
             outputs = model(**model_inputs, **model_kwargs)
         logits = getattr(outputs, "logits", None) if self.wants_logits else None
         return outputs, self.terms(groups, cap, input_ids=model_inputs.get("input_ids"), logits=logits, model=model)

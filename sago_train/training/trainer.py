@@ -158,7 +158,9 @@ class StabilityTrainerMixin:
         # the captured final hidden states reproduces them (and fall back to them otherwise).
         from_outputs = self._sago_logits_in_outputs and self._sago_loss.wants_logits
         want_outputs = return_outputs or from_outputs
-        with self._sago_loss.capture(model) as capture:
+        # With the logits coming back, the capture also selects their target-predicting rows in the forward.
+        tap = (groups, model_inputs.get("input_ids")) if from_outputs else (None, None)
+        with self._sago_loss.capture(model, *tap) as capture:
             result = super().compute_loss(  # type: ignore[misc]
                 model, model_inputs, return_outputs=want_outputs, num_items_in_batch=num_items_in_batch
             )

@@ -8,7 +8,16 @@ import pytest
 import torch
 
 from sago_train.functional import anchor_kl, js_divergence
-from sago_train.functional.divergence import divergence_from_logits
+from sago_train.functional import divergence as divergence_module
+from sago_train.functional.divergence import FUSED_MIN_ELEMENTS, LOGPROB_FLOOR, divergence_from_logits
+
+
+@pytest.fixture
+def fused_always(monkeypatch):
+    """The fused function at any size, split into up to 8 chunks (small inputs otherwise take the
+    composition, in one chunk)."""
+    monkeypatch.setattr(divergence_module, "FUSED_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(divergence_module, "_CHUNK_MIN_BYTES", 0)
 
 
 def _kl(p: list[float], q: list[float]) -> float:
@@ -149,7 +158,7 @@ def test_bad_shapes():
 
 
 @pytest.mark.parametrize("canonical", [None, 2, "per-row"])
-def test_fused_divergence_from_logits_matches_the_composition(canonical):
+def test_fused_divergence_from_logits_matches_the_composition(canonical, fused_always):
     g = torch.Generator().manual_seed(7)
     z = torch.randn(5, 9, 3, 11, generator=g, dtype=torch.float64) * 3  # 45 rows: several chunks
     z[0, 0, 1, :4] = -float("inf")  # masked vocabulary in one variant
@@ -172,7 +181,7 @@ def test_fused_divergence_from_logits_matches_the_composition(canonical):
     assert torch.allclose(a.grad, b.grad, atol=1e-12)
 
 
-def test_fused_divergence_gradcheck_and_low_precision():
+def test_fused_divergence_gradcheck_and_low_precision(fused_always):
     z = torch.randn(2, 3, 4, 6, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(divergence_from_logits, (z,))
     zb = torch.randn(4, 3, 50, dtype=torch.bfloat16, requires_grad=True)
@@ -183,3 +192,126 @@ def test_fused_divergence_gradcheck_and_low_precision():
     assert zb.grad.dtype == torch.bfloat16 and torch.isfinite(zb.grad.float()).all()
     ref = anchor_kl(torch.log_softmax(zb.detach().float(), -1), 0)
     assert torch.allclose(out, ref, atol=1e-6)
+
+
+def _previous_general_path(z: torch.Tensor) -> torch.Tensor:
+    """The fused function's general path (clamps, masks, recompute in backward), which it took everywhere
+    before the fast path: a floor other than the default selects it, and with every log-probability above
+    -5e3 that floor changes nothing."""
+    return divergence_module._FusedDivergence.apply(z, None, -5.0e3)
+
+
+def _count_fast_chunks(monkeypatch) -> list[int]:
+    """Count the chunks the fast path served (forward, backward)."""
+    served = []
+    real = divergence_module._js_fast
+
+    def counting(z, want_grad):
+        out = real(z, want_grad)
+        served.append(out is not None)
+        return out
+
+    monkeypatch.setattr(divergence_module, "_js_fast", counting)
+    return served
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_fast_path_equals_the_general_path_in_value_and_gradient(dtype, fused_always, monkeypatch):
+    g = torch.Generator().manual_seed(3)
+    z = (torch.randn(6, 5, 4, 300, generator=g) * 4).to(dtype)  # 30 rows: 8 chunks
+    a, b = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
+    general = _previous_general_path(b)
+    served = _count_fast_chunks(monkeypatch)
+    fast = divergence_from_logits(a)
+    assert len(served) == 8 and all(served)
+    assert torch.allclose(fast, general, atol=1e-6, rtol=0)
+    w = torch.rand(6, 5, generator=g, dtype=fast.dtype)
+    (fast * w).sum().backward()
+    assert len(served) == 16 and all(served)  # backward: the fast path too
+    (general * w).sum().backward()
+    assert torch.allclose(a.grad.double(), b.grad.double(), atol=1e-5, rtol=0)
+    # and both equal the plain autograd composition
+    c = z.clone().requires_grad_(True)
+    ref = js_divergence(torch.log_softmax(c.double() if dtype == torch.float64 else c.float(), -1))
+    (ref * w).sum().backward()
+    assert torch.allclose(fast.double(), ref.double(), atol=1e-6, rtol=0)
+    assert torch.allclose(a.grad.double(), c.grad.double(), atol=1e-5, rtol=0)
+
+
+def test_a_chunk_below_the_floor_takes_the_general_path(fused_always, monkeypatch):
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(16, 3, 40, generator=g, dtype=torch.float64) * 3
+    z[13, 1, :7] = -float("inf")  # only a late chunk needs the floor
+    a, b = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
+    served = _count_fast_chunks(monkeypatch)
+    out = divergence_from_logits(a)
+    assert served == [True] * 6 + [False] + [True]  # 8 chunks of 2 rows; row 13 is in the 7th
+    ref = js_divergence(torch.log_softmax(b, -1))
+    assert torch.allclose(out, ref, atol=1e-12)
+    out.sum().backward()
+    ref.sum().backward()
+    assert torch.isfinite(a.grad).all() and torch.allclose(a.grad, b.grad, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_path_is_chosen_by_size(dtype):
+    # Under FUSED_MIN_ELEMENTS the composition (faster there); from it up the fused function; same values.
+    g = torch.Generator().manual_seed(5)
+    v_small = FUSED_MIN_ELEMENTS // 8 - 1
+    v_large = FUSED_MIN_ELEMENTS // 8
+    for v, fused in ((v_small, False), (v_large, True)):
+        z = torch.randn(2, 4, v, generator=g).to(dtype).requires_grad_(True)
+        out = divergence_from_logits(z)
+        assert (type(out.grad_fn).__name__ == "_FusedDivergenceBackward") == fused, v
+        ref = js_divergence(torch.log_softmax(z.detach().float(), -1))
+        assert torch.allclose(out, ref, atol=1e-6, rtol=0)
+        out.sum().backward()
+        assert torch.isfinite(z.grad.float()).all()
+
+
+def test_chunks_cover_the_rows_and_respect_the_size_bounds():
+    for rows, k, v in ((1, 2, 10), (45, 3, 11), (32, 4, 49152), (4096, 4, 49152), (7, 2, 2**22)):
+        chunks = divergence_module._chunks(rows, k, v)
+        assert chunks[0][0] == 0 and chunks[-1][1] == rows
+        assert all(a < b and b == c for (a, b), (c, _) in zip(chunks, chunks[1:] + [(rows, None)]))
+        sizes = [(b - a) * k * v * 4 for a, b in chunks]
+        # never above 64 MiB unless one row is; never under 1 MiB unless the input is (or a last remainder)
+        assert all(s <= max(divergence_module._CHUNK_BYTES, k * v * 4) for s in sizes)
+        assert all(s >= min(divergence_module._CHUNK_MIN_BYTES, rows * k * v * 4) for s in sizes[:-1])
+        most_rows = max(divergence_module._CHUNK_BYTES // (k * v * 4), 1)
+        assert len(chunks) <= max(divergence_module._CHUNK_PARTS, math.ceil(rows / most_rows))
+    assert LOGPROB_FLOOR == -1.0e4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("canonical", [None, 1])
+def test_consume_computes_the_gradient_in_the_forward_with_the_same_values(dtype, canonical, fused_always):
+    # consume=True overwrites a disposable input with its gradient per unit of output; values and gradients
+    # equal the non-consuming path, also where a chunk needs the general path (-inf).
+    g = torch.Generator().manual_seed(6)
+    base = (torch.randn(3, 10, 4, 50, generator=g) * 4).to(dtype)
+    base[1, 7, 2, :9] = -float("inf")
+    w = torch.rand(3, 10, generator=g, dtype=dtype)
+    results = []
+    for consume in (False, True):
+        leaf = base.clone().requires_grad_(True)
+        rows = leaf * 1.0  # a fresh non-leaf tensor that no node saved
+        out = divergence_from_logits(rows, canonical, consume=consume)
+        assert (type(out.grad_fn).__name__ == "_FusedDivergenceConsumingBackward") == consume
+        (out * w).sum().backward()
+        results.append((out.detach(), leaf.grad))
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-6, rtol=0)
+    assert torch.isfinite(results[1][1]).all()
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-5, rtol=0)
+
+
+def test_consume_is_ignored_where_it_cannot_apply(fused_always):
+    z = torch.randn(3, 4, 20, requires_grad=True)
+    assert type(divergence_from_logits(z.to(torch.bfloat16), consume=True).grad_fn).__name__ == "_FusedDivergenceBackward"
+    view = (z * 1.0)[:, :2]  # a view: its base may be in use
+    assert type(divergence_from_logits(view, consume=True).grad_fn).__name__ == "_FusedDivergenceBackward"
+    with torch.no_grad():
+        x = z * 1.0
+        before = x.clone()
+        divergence_from_logits(x, consume=True)
+        assert torch.equal(x, before)  # nothing to differentiate: the input is left alone
