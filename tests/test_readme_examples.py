@@ -86,12 +86,25 @@ def sago_rows(log_history: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     return rows
 
 
-def assert_sago_logged(log_history: list[dict[str, Any]], steps: list[int], sets: list[str], axes: list[str]) -> None:
+#: Axes that need greedy generation: computed at every ``generation_every``-th evaluation only (default 4), the
+#: baseline and the final evaluation always; the others log the remaining axes and no accuracy (and no
+#: instability where an axis was skipped).
+GENERATION_AXES = ("generation", "mirroring")
+
+
+def assert_sago_logged(log_history: list[dict[str, Any]], steps: list[int], sets: list[str], axes: list[str],
+                       without_generation: tuple[int, ...] = ()) -> None:
     rows = sago_rows(log_history)
     assert sorted(rows) == steps
     for step in steps:
         for name in sets:
-            for axis in [*axes, "instability", "accuracy"]:
+            if step in without_generation:
+                want = [a for a in axes if a not in GENERATION_AXES]
+                absent = [a for a in (*GENERATION_AXES, "accuracy") if f"eval_sago/{name}/{a}" in rows[step]]
+                assert not absent, (step, name, absent)
+            else:
+                want = [*axes, "instability", "accuracy"]
+            for axis in want:
                 value = rows[step][f"eval_sago/{name}/{axis}"]
                 assert isinstance(value, float) and math.isfinite(value), (step, name, axis, value)
         assert rows[step]["eval_sago/runtime"] > 0
@@ -171,14 +184,15 @@ def test_stability_trainer_examples(tmp_path, monkeypatch):
     assert trainer.state.global_step == 20
     sago = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "SAGOCallback")
     assert not sago.failures
-    assert_sago_logged(trainer.state.log_history, [0, 10, 20], list(bundled_sets()), sago.config.axes)
+    # Step 10 is SAGO's first periodic evaluation: without generation (generation_every=4).
+    assert_sago_logged(trainer.state.log_history, [0, 10, 20], list(bundled_sets()), sago.config.axes, (10,))
 
     run_block("trainer = StabilitySFTTrainer(", ns)
     trainer = ns["trainer"]
     assert trainer.state.global_step == 20
     losses = [h["sago_act_loss"] for h in trainer.state.log_history if "sago_act_loss" in h]
     assert losses and all(math.isfinite(v) for v in losses)
-    assert_sago_logged(trainer.state.log_history, [0, 10, 20], list(bundled_sets()), sago.config.axes)
+    assert_sago_logged(trainer.state.log_history, [0, 10, 20], list(bundled_sets()), sago.config.axes, (10,))
 
 
 def _env() -> dict[str, str]:
@@ -206,7 +220,7 @@ def test_trl_script(tmp_path):
     assert sorted(history[0]["sets"]) == sorted(bundled_sets())
     assert all(h["sets"]["typo"]["confidence"]["n"] == 4 for h in history)  # sago_max_groups: 4
     state = json.loads((tmp_path / "out" / "checkpoint-3" / "trainer_state.json").read_text())
-    assert_sago_logged(state["log_history"], [0, 2, 3], list(bundled_sets()), ["activation", "confidence"])
+    assert_sago_logged(state["log_history"], [0, 2, 3], list(bundled_sets()), ["activation", "confidence"], (2,))
     assert sorted(history[0]["sets"]["typo"]) == ["activation", "confidence", "instability"]  # sago_axes (YAML)
 
 
