@@ -142,8 +142,14 @@ def auto_share_line(step_s: float, steps_timed: int, steps: int, final_s: float,
         return (head + f"the final evaluation alone (about {final_s:.0f} s) is {100 * share:.0f}% of it, over the "
                 f"{100 * budget:.0f}% budget, so no periodic evaluation will run (eval_steps sets a cadence; a "
                 "lower max_groups or max_new_tokens makes evaluations cheaper)")
-    return (head + f"evaluations after the baseline will take at most {100 * budget:.0f}% of it (about "
-            f"{budget * train_s:.0f} s): the final one (about {final_s:.0f} s) and periodic ones while they fit")
+    tail = (head + f"evaluations after the baseline will take at most {100 * budget:.0f}% of it (about "
+            f"{budget * train_s:.0f} s): the final one (about {final_s:.0f} s)")
+    # A periodic evaluation is earned once the budget of the training so far covers it and the final one; with a
+    # complete evaluation's cost as the bound (the only cost measured yet) that is 2 * final / budget.
+    first_s = 2 * final_s / budget
+    if first_s > train_s:
+        return tail + f"; a periodic one would need about {first_s:.0f} s of training, so none is expected"
+    return tail + f" and periodic ones while they fit (the first after about {first_s:.0f} s of training at most)"
 
 
 def evaluation_progress(evaluator: Any, sets: Mapping[str, Any], step: int, *, disable_bar: bool,
