@@ -6,13 +6,12 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback, SagoInputError
 from sago_train.results.evaluation import Evaluation
 
-from .._helpers.trainer import drifting_trainer
+from .._helpers.trainer import Drift, drifting_trainer
 
 
 def snap(step: int, values, set_name="s", axis="activation") -> Evaluation:
@@ -125,7 +124,6 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
         seen["counter"] = restored[0].counter
         seen["best_step"] = restored[0].best_step
 
-    from transformers import TrainerCallback
 
     hook = TrainerCallback()
     hook.on_train_begin = peek
@@ -203,23 +201,19 @@ def test_state_saved_before_exclude_baseline_and_candidate_restores():
     assert json.loads(json.dumps(restored.state()))["attributes"]["candidate"] is None
 
 
-class _Schedule(TrainerCallback):
-    """Like the Drift helper, but the shared vector's weight follows ``weights[step]`` for the evaluations at
+class _Schedule(Drift):
+    """Like :class:`Drift`, but the shared vector's weight follows ``weights[step]`` for the evaluations at
     ``step`` (set when the step begins): a larger weight = variants more alike = lower activation instability."""
 
     def __init__(self, model, weights):
+        super().__init__(model, shrink_per_step=0.0)
         self.weights, self.weight = weights, weights[0]
-        torch.manual_seed(123)
-        self.common = 20.0 * torch.randn(32)
-        model.model.layers[0].register_forward_hook(self._hook)
-
-    def _hook(self, module, inputs, output):
-        h = output[0] if isinstance(output, tuple) else output
-        h = h + self.weight * self.common
-        return (h, *output[1:]) if isinstance(output, tuple) else h
 
     def on_step_begin(self, args, state, control, **kw):
         self.weight = self.weights[state.global_step + 1]
+
+    def on_step_end(self, args, state, control, **kw):
+        pass  # the schedule alone sets the weight
 
 
 @pytest.mark.slow
