@@ -312,6 +312,8 @@ def test_eval_display_says_inconclusive_relations_once_per_set():
     assert line[0].strip().startswith("- s: 3 axis pair(s) inconclusive, neither distinct nor related (n=6 groups")
     for r in rels:
         assert f"{r.axes[0]}/{r.axes[1]} (rho=" in line[0]
+    # summary.json exists only with --out: the line says so instead of pointing at a file that may not be there.
+    assert "each pair's CI and p: axis_relations in summary.json, written by --out" in line[0]
 
 
 def test_spearman_brown_is_shown_only_for_positive_half_agreement():
