@@ -115,7 +115,8 @@ def findings(result: EvalResult) -> list[str]:
     for set_name, rels in inconclusive.items():
         pairs = ", ".join(f"{a}/{b} (rho={fmt_num(r.rho)})" for r in rels for a, b in [r.axes])
         notes.append(f"{set_name}: {len(rels)} axis pair(s) inconclusive, neither distinct nor related "
-                     f"(n={rels[0].n} groups; each pair's CI and p: summary.json, axis_relations): {pairs}")
+                     f"(n={rels[0].n} groups; each pair's CI and p: axis_relations in summary.json, written by "
+                     f"--out): {pairs}")
     for set_name, per_axis in undefined.items():
         # An axis whose every relation is undefined is constant on the set (or the set has < 3 groups).
         constant = [a for a, flags in per_axis.items() if all(flags)]

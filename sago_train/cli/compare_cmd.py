@@ -53,7 +53,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                         esc(e["model"] or "-"))
     console.print(entries)
     labels = [e["label"] for e in result["entries"]]
-    total_flips = 0
+    total_flips = robust_flips = untested_flips = 0
     robust_pairs: dict[str, dict] = {}
     for axis, r in result["axes"].items():
         sets = list(r["scores"])
@@ -84,6 +84,8 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                 tau.add_row(esc(s1), *(fmt_num(r["tau"][s1].get(s2)) for s2 in sets))
             console.print(tau)
         total_flips += len(r["flips"])
+        robust_flips += sum(f["robust"] is True for f in r["flips"])
+        untested_flips += sum(f["robust"] is None for f in r["flips"])
         counts = r.get("reversal") or {}
         if counts.get("flipped"):
             robust_pairs[axis] = counts
@@ -98,10 +100,19 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
     for note in result["notes"]:
         console.print(f"note: {esc(note)}")
     if total_flips:
-        console.print(f"[bold]{total_flips} rank flip(s)[/bold]: which entry is best depends on the variant set.")
+        # SPEC "Findings" 3: the headline claims only robust flips; the others may be noise.
+        if robust_flips:
+            console.print(f"[bold]{total_flips} rank flip(s), {robust_flips} robust[/bold]: which entry is best "
+                          "depends on the variant set.")
+        elif untested_flips:
+            console.print(f"[bold]{total_flips} rank flip(s) in the means[/bold], {untested_flips} untested (no "
+                          "per-group records): whether the best entry depends on the variant set is not shown.")
+        else:
+            console.print(f"[bold]{total_flips} rank flip(s) in the means, none robust[/bold]: no evidence that the "
+                          "best entry depends on the variant set (no significant paired difference on both sets).")
         for axis, c in robust_pairs.items():
             console.print(f"  {axis}: {c['robust']} of {c['pairs']} entry pair(s) flip robustly (a significant "
-                          f"paired difference on both sets); {c['flipped']} flip in their means")
+                          f"paired difference on both sets); {c['flipped']} pair(s) flip in their means")
     elif len(result["sets"]) < 2:
         console.print("[bold]one shared set only[/bold]: no rank reversal can be checked.")
     else:

@@ -45,6 +45,9 @@ __all__ = [
 
 DISTINCT_BOUND = 0.5  # "distinct" only when every |rho| in the CI is below this
 MIN_K_SPLIT = 4  # two halves of >= 2 variants each: a pairwise axis needs two variants
+# Up to this many groups the Spearman p-value is exact (all n! pairings): scipy's t approximation is far off
+# there (rho = 1 on 4 groups gives p = 0, where the exact two-sided p is 2/24).
+EXACT_SPEARMAN_MAX_N = 8
 # Pairs defined from one another: their correlation is a construction, not a finding.
 DERIVED_PAIRS = frozenset({frozenset({"activation", "activation_rel"})})
 _NAN = float("nan")
@@ -166,8 +169,9 @@ def spearman_bootstrap(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float, float, float, int]:
-    """Spearman ``rho`` and its p-value (``scipy.stats.spearmanr``) with a percentile-bootstrap CI over groups
-    (pairs resampled with replacement; resamples with a constant side are dropped), and ``n``.
+    """Spearman ``rho`` and its two-sided p-value with a percentile-bootstrap CI over groups (pairs resampled
+    with replacement; resamples with a constant side are dropped), and ``n``. The p-value is exact (every
+    pairing of the groups) up to ``EXACT_SPEARMAN_MAX_N`` groups, else ``scipy.stats.spearmanr``'s.
     Returns ``(rho, p_value, ci_low, ci_high, n)``; NaN where undefined (fewer than 3 groups, a constant axis).
     """
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -177,12 +181,19 @@ def spearman_bootstrap(
     if n < 3 or bool(np.all(xa == xa[0]) or np.all(ya == ya[0])):
         return _NAN, _NAN, _NAN, _NAN, n
     res = _quiet(_st.spearmanr, xa, ya)
+    p_value = float(res.pvalue)
+    if n <= EXACT_SPEARMAN_MAX_N:
+        rx, ry = _st.rankdata(xa), _st.rankdata(ya)
+        exact = _quiet(_st.permutation_test, (rx,), lambda v, axis=-1: _rank_pearson(v, ry, axis=axis),
+                       permutation_type="pairings", vectorized=True, n_resamples=math.factorial(n),
+                       alternative="two-sided")
+        p_value = float(exact.pvalue)
     idx = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
     rho_b = _rank_pearson(_st.rankdata(xa[idx], axis=1), _st.rankdata(ya[idx], axis=1), axis=1)
     rho_b = rho_b[np.isfinite(rho_b)]
     alpha = 1.0 - confidence
     lo, hi = (np.quantile(rho_b, [alpha / 2, 1 - alpha / 2]) if rho_b.size else (_NAN, _NAN))
-    return float(res.statistic), float(res.pvalue), float(lo), float(hi), n
+    return float(res.statistic), p_value, float(lo), float(hi), n
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

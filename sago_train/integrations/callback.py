@@ -248,6 +248,9 @@ class SAGOCallback(TrainerCallback):
         for listener in self._listeners:
             check_target(getattr(listener, "set_name", None), getattr(listener, "axis", None), self.sets,
                          [*self.config.axes, "instability"])
+            if hasattr(listener, "warn_if_too_few_groups") and listener.set_name in self.sets:
+                size, cap = len(self.sets[listener.set_name]), self.config.max_groups
+                listener.warn_if_too_few_groups(min(size, cap) if cap else size)
 
     @staticmethod
     def _trainer_evaluates(args: TrainingArguments) -> bool:

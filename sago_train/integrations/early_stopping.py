@@ -281,6 +281,16 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             logger.warning("sago early stopping at step %d: %s", state.global_step, self.reason)
             control.should_training_stop = True
 
+    def warn_if_too_few_groups(self, n_groups: int) -> None:
+        """Warn before training (once) when ``n_groups`` per evaluation can never reach a paired verdict:
+        otherwise the warning comes at the first comparison, possibly at the end of training."""
+        if self.mode != "paired" or self._warned_few or n_groups >= stats.min_groups(self.alpha):
+            return
+        self._warned_few = True
+        logger.warning("sago early stopping: %s will be evaluated on %d group(s) per evaluation, and a paired "
+                       "test at alpha %g needs >= %d, so it can never be called worse; evaluate more groups "
+                       "(max_groups)", self.metric, n_groups, self.alpha, stats.min_groups(self.alpha))
+
     def _is_worse(self, ids: list[str], current: np.ndarray, mean: float) -> tuple[bool, dict[str, Any]]:
         if self.best_mean is None:
             return False, {}

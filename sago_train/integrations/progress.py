@@ -93,12 +93,18 @@ def _split(n: int, n_full: int) -> str:
     return "" if n_full >= n else f" ({n_full} complete, {n - n_full} without generation)"
 
 
+def _ordinal(n: int) -> str:
+    """2 -> '2nd', 11 -> '11th', 23 -> '23rd'."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def cost_line(seconds: float, n: int | None, max_steps: int, budget: float, *, n_full: int | None = None,
               generation_every: int = 1) -> str:
     """The line after the baseline: one (complete) evaluation's time and the cadence's planned total (``n``
     evaluations, ``n_full`` of them complete; None: the automatic cadence, bounded by ``budget``). Evaluations
     without generation are counted at the complete one's cost until one is measured: an upper bound."""
-    every = "" if generation_every == 1 else (f"; generation-based axes at every {generation_every}th evaluation "
+    every = "" if generation_every == 1 else (f"; generation-based axes at every {_ordinal(generation_every)} evaluation "
                                               "only, the others cost less")
     if n is None:
         return (f"sago: one evaluation took {seconds:.1f} s (the baseline, a one-off set-up cost); the automatic "
@@ -115,7 +121,7 @@ def partial_cost_line(seconds: float, full_s: float | None, every: int) -> str:
     """The line after the first evaluation without generation: its cost against a complete one's."""
     ratio = f" ({100 * seconds / full_s:.0f}% of a complete one, {full_s:.1f} s)" if full_s else ""
     return (f"sago: an evaluation without generation-based axes took {seconds:.1f} s{ratio}; they are computed at "
-            f"every {every}th evaluation")
+            f"every {_ordinal(every)} evaluation (and at the final one)")
 
 
 def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: float, *, n_full: int | None = None,
@@ -127,8 +133,8 @@ def share_line(step_s: float, steps_timed: int, steps: int, n: int, seconds: flo
     total = n_full * seconds + (n - n_full) * (seconds if partial_s is None else partial_s)
     bound = "at most " if n_full < n and partial_s is None else ""
     return (f"sago: at {step_s:.2f} s per training step ({steps_timed} steps timed), training takes about "
-            f"{train_s:.0f} s; the {n} planned evaluations{_split(n, n_full)} ({bound}{total:.0f} s) add "
-            f"{bound}{100 * total / train_s:.0f}% to it")
+            f"{train_s:.0f} s; the {n} planned evaluations{_split(n, n_full)} take {bound}{total:.0f} s, "
+            f"{bound}{100 * total / train_s:.0f}% of it")
 
 
 def auto_share_line(step_s: float, steps_timed: int, steps: int, final_s: float, budget: float) -> str:

@@ -257,3 +257,27 @@ def test_a_flip_carried_by_wilcoxon_alone_is_not_robust(tmp_path):
     assert t["ci_low"] < 0 < t["ci_high"] and t["verdict"] == "no significant difference"
     assert flip["tests"]["setX"]["verdict"] == "worse" and flip["robust"] is False
     assert act["reversal"]["robust"] == 0
+
+
+def test_headline_claims_only_robust_flips(tmp_path, capsys):
+    # A beats B on setX and B beats A on setY in the means, but the per-group differences change sign from
+    # group to group: no significant paired difference, so no claim that the best entry depends on the set.
+    u = [0.1, 0.9, 0.2, 0.8, 0.3, 0.7]
+    v = [0.9, 0.1, 0.8, 0.2, 0.7, 0.35]
+    g = [0.5] * 6
+    a = write_eval_dir(tmp_path / "A", {"setX": {"activation": u, "generation": g},
+                                        "setY": {"activation": v, "generation": g}})
+    b = write_eval_dir(tmp_path / "B", {"setX": {"activation": v, "generation": g},
+                                        "setY": {"activation": u, "generation": g}})
+    code, out, err = run_cli(["compare", str(a), str(b), "--axis", "activation"], capsys)
+    assert code == 0, err
+    assert "rank flip on activation: A beats B on 'setX', but B beats A on 'setY' (not robust" in out
+    assert "1 rank flip(s) in the means, none robust" in out and "no evidence" in out
+    assert "which entry is best depends on the variant set" not in out
+    assert "0 of 1 entry pair(s) flip robustly" in out and "1 pair(s) flip in their means" in out
+    # The planted robust flip keeps the claim, with its count.
+    c = _model(tmp_path, "C", x=0.1, y=0.9)
+    d = _model(tmp_path, "D", x=0.3, y=0.2)
+    code, out, err = run_cli(["compare", str(c), str(d), "--axis", "activation"], capsys)
+    assert code == 0, err
+    assert "1 rank flip(s), 1 robust: which entry is best depends on the variant set." in out

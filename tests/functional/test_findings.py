@@ -100,6 +100,28 @@ def test_spearman_bootstrap_matches_a_per_resample_loop():
     assert (lo, hi) == (pytest.approx(np.quantile(boot, 0.025)), pytest.approx(np.quantile(boot, 0.975)))
 
 
+def _exact_spearman_p(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sided p by brute force: the share of all n! pairings with |rho| at least the observed one."""
+    obs = abs(sps.spearmanr(x, y).statistic)
+    rhos = [abs(sps.spearmanr(x, y[list(perm)]).statistic) for perm in itertools.permutations(range(len(x)))]
+    return float(np.mean([r >= obs - 1e-12 for r in rhos]))
+
+
+@pytest.mark.parametrize("x,y", [
+    ([0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.9]),  # rho = 1 on 4 groups: scipy's t approximation says p = 0
+    ([0.3, 0.1, 0.4, 0.2, 0.5], [0.2, 0.1, 0.5, 0.4, 0.3]),
+    ([1.0, 2.0, 2.0, 3.0, 5.0, 4.0], [0.2, 0.1, 0.3, 0.3, 0.6, 0.5]),  # ties
+])
+def test_spearman_p_is_exact_on_few_groups(x, y):
+    x, y = np.array(x), np.array(y)
+    _, p, _, _, n = spearman_bootstrap(x, y, n_resamples=200)
+    assert p == pytest.approx(_exact_spearman_p(x, y))
+    (rel,) = axis_relations({"s": {"x": x, "y": y}}, n_resamples=200)
+    assert rel.p_holm == pytest.approx(p)
+    if n == 4:  # the smallest two-sided p over 4! pairings is 2/24: 4 groups can never show a relation
+        assert p == pytest.approx(2 / 24) and rel.verdict != "related"
+
+
 def test_holm_matches_hand_computed_values():
     # sorted p: 0.01 (x4 = 0.04), 0.02 (x3 = 0.06), 0.03 (x2 = 0.06), 0.5 (x1 = 0.5); NaN is no test.
     assert holm([0.03, 0.01, math.nan, 0.5, 0.02]) == pytest.approx([0.06, 0.04, math.nan, 0.5, 0.06], nan_ok=True)
@@ -290,6 +312,8 @@ def test_eval_display_says_inconclusive_relations_once_per_set():
     assert line[0].strip().startswith("- s: 3 axis pair(s) inconclusive, neither distinct nor related (n=6 groups")
     for r in rels:
         assert f"{r.axes[0]}/{r.axes[1]} (rho=" in line[0]
+    # summary.json exists only with --out: the line says so instead of pointing at a file that may not be there.
+    assert "each pair's CI and p: axis_relations in summary.json, written by --out" in line[0]
 
 
 def test_spearman_brown_is_shown_only_for_positive_half_agreement():

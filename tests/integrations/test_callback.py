@@ -140,7 +140,7 @@ def test_cost_and_progress_lines(tmp_path, caplog):
     # step 5 skips generation (generation_every=4), step 10 is the final, complete one
     assert "the cadence plans 2 more up to step 10 (1 complete, 1 without generation): at most" in text
     assert "(3 steps timed)" in text and "the 2 planned evaluations (1 complete, 1 without generation)" in text
-    assert "% to it" in text
+    assert "% of it" in text
     assert "sago: an evaluation without generation-based axes took" in text and "of a complete one" in text
     for step in (0, 5, 10):
         assert f"sago step {step}: set 'num' done (1/1 sets, " in text

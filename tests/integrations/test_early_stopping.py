@@ -303,3 +303,30 @@ def test_evaluations_without_the_watched_axis_do_not_count():
     with pytest.raises(SagoInputError, match="not computed"):
         cb.on_sago_evaluate(args, TrainerState(global_step=7), TrainerControl(), result=complete,
                             evaluation=snap(7, base, axis="activation"))
+
+
+def test_too_few_groups_is_warned_before_training(caplog):
+    """max_groups below what a paired test needs is said when the callback checks its listeners (train start),
+    not at the first comparison (which may be the end of training); said once, and not for enough groups."""
+    from sago_train import SAGOCallback
+    from sago_train.data import VariantSet
+
+    for cap, size, warned in [(4, 8, True), (0, 4, True), (5, 8, False), (0, 8, False)]:
+        sago = SAGOCallback({"s": VariantSet.from_records(
+            [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(size)], "s")}, eval_steps=1, max_groups=cap)
+        stop = SAGOEarlyStoppingCallback("sago/s/activation", patience=1)
+        sago.add_listener(stop)
+        caplog.clear()
+        n = min(size, cap) if cap else size
+        with caplog.at_level("WARNING", logger="sago_train"):
+            sago._check_listeners()  # what on_train_begin runs
+            assert caplog.text.count("can never be called worse") == int(warned), (cap, size)
+            stop.warn_if_too_few_groups(n)  # a second call says nothing more
+        assert caplog.text.count("can never be called worse") == int(warned), (cap, size)
+        if warned:
+            assert f"on {n} group(s) per evaluation, and a paired test at alpha 0.05 needs >= 5" in caplog.text
+    threshold = SAGOEarlyStoppingCallback("sago/s/activation", mode="threshold")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sago_train"):
+        threshold.warn_if_too_few_groups(2)  # means only: no paired test, nothing to warn about
+    assert "can never be called worse" not in caplog.text

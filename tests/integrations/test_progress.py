@@ -66,7 +66,7 @@ def test_cost_lines():
         "evaluations, the final one included, within 5% of training time")
     assert progress.share_line(0.5, 3, 100, 4, 12.5) == (
         "sago: at 0.50 s per training step (3 steps timed), training takes about 50 s; the 4 planned evaluations "
-        "(50 s) add 100% to it")
+        "take 50 s, 100% of it")
 
 
 @pytest.mark.parametrize("n, done, every", [(4, 1, 4), (9, 1, 4), (3, 1, 1), (5, 2, 3), (1, 1, 4), (0, 1, 4)])
@@ -87,11 +87,17 @@ def test_cost_lines_with_generation_every():
     # 3 complete at 10 s + 6 without generation at 4 s = 54 s over 100 steps x 1 s
     assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3, partial_s=4.0) == (
         "sago: at 1.00 s per training step (3 steps timed), training takes about 100 s; the 9 planned evaluations "
-        "(3 complete, 6 without generation) (54 s) add 54% to it")
-    assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3).endswith("(at most 90 s) add at most 90% to it")
+        "(3 complete, 6 without generation) take 54 s, 54% of it")
+    assert progress.share_line(1.0, 3, 100, 9, 10.0, n_full=3).endswith(
+        "(3 complete, 6 without generation) take at most 90 s, at most 90% of it")
     assert progress.partial_cost_line(4.0, 10.0, 4) == (
         "sago: an evaluation without generation-based axes took 4.0 s (40% of a complete one, 10.0 s); they are "
-        "computed at every 4th evaluation")
+        "computed at every 4th evaluation (and at the final one)")
+    # Ordinals: not "2th" / "3th" / "1th".
+    assert "every 2nd evaluation (and at the final one)" in progress.partial_cost_line(4.0, 10.0, 2)
+    assert "every 3rd evaluation only" in progress.cost_line(2.0, None, 100, 0.05, generation_every=3)
+    assert [progress._ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
 
 
 def test_auto_share_line_says_whether_the_final_evaluation_fits():
