@@ -26,6 +26,20 @@ def is_safe_name(name: Any) -> bool:
     return isinstance(name, str) and bool(_SAFE_NAME.match(name)) and ".." not in name
 
 
+def read_escapes(text: str, *, key: str) -> str:
+    r"""Backslash escapes typed on a command line (``\n`` -> newline), for stop strings given as flags (the
+    ``sago-train eval --stop`` and ``--sago_stop_strings`` flags read them the same way).
+
+    Example:
+        >>> read_escapes(r"\n", key="stop") == "\n"
+        True
+    """
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError as err:
+        raise SagoInputError(f"cannot read the escapes in {short_repr(text)}: {err}", key=key) from None
+
+
 def validate_set_name(name: str, **where: Any) -> str:
     """Check that ``name`` is safe as a file name component and return it."""
     if not is_safe_name(name):

@@ -9,9 +9,8 @@ from typing import Any
 
 import torch
 
-from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
-from ..io import check_output_dir
+from ..io import check_output_dir, read_escapes
 from ..model.tiny import tiny_model_path
 from ..results.store import SUMMARY
 from .dataclass_args import add_dataclass_arguments, dataclass_options
@@ -45,16 +44,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> SAGOConfig:
     return SAGOConfig(**dataclass_options(args, SAGOConfig, convert={
         "axes": ",".join,  # --axes a,b and --axes a --axes b
-        "stop_strings": lambda values: [_unescape(v) for v in values],
+        "stop_strings": lambda values: [read_escapes(v, key="stop") for v in values],
     }))
-
-
-def _unescape(text: str) -> str:
-    """``\\n`` typed on a shell means a newline."""
-    try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except UnicodeDecodeError as err:
-        raise SagoInputError(f"cannot read the escapes in {text!r}: {err}", key="stop") from None
 
 
 def _sets_for(values: list[str] | None, model: str | None) -> Any:

@@ -64,8 +64,9 @@ class SAGOConfig:
     max_new_tokens: int = field(default=32, metadata={"help": "Greedy generation length."})
     stop_strings: list[str] = field(
         default_factory=list,
-        metadata={"help": "Strings that end a generation (in addition to EOS); the output is cut before them. On "
-                  "the command line: repeat --stop; backslash escapes such as '\\n' are read."},
+        metadata={"help": "Strings that end a generation (in addition to EOS); the output is cut before them; "
+                  "backslash escapes such as '\\n' typed on a command line are read. On the command line: repeat "
+                  "--stop."},
     )
     chat_template: str = field(
         default="auto",

@@ -31,6 +31,7 @@ from ..data.groups import VariantSet
 from ..data.sources import sets_from_specs
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
+from ..io import read_escapes
 from ..training.config import StabilityConfig
 from .options import CallbackOptions, EarlyStoppingOptions, MonitorOptions
 
@@ -134,6 +135,9 @@ class _SAGOArgumentsMethods:
         options = self._group("eval")
         if isinstance(options["axes"], list):  # --sago_axes a b and --sago_axes a,b
             options["axes"] = ",".join(options["axes"])
+        if options.get("stop_strings"):  # '\n' typed on a shell means a newline, as with sago-train eval --stop
+            options["stop_strings"] = [read_escapes(v, key="--sago_stop_strings") if isinstance(v, str) else v
+                                       for v in options["stop_strings"]]
         with _errors_name_flags(flag_names()["eval"]):
             return SAGOConfig(**options)
 

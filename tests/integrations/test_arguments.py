@@ -200,3 +200,18 @@ def test_yaml_config_file(tmp_path):
     config.write_text("output_dir: out\nbf16: false\nsago_max_grups: 4\n")
     with pytest.raises(ValueError, match="sago_max_grups"):
         trl_parser().parse_args_and_config(["--config", str(config)])
+
+
+def test_stop_strings_read_backslash_escapes_like_the_eval_cli():
+    """'\\n' typed on a shell is a newline for --sago_stop_strings, as for sago-train eval --stop."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from sago_train import SAGOArguments
+    from sago_train.cli.eval_cmd import config_from_args
+    from sago_train.cli.main import build_parser
+
+    _, sago = HfArgumentParser((TrainingArguments, SAGOArguments)).parse_args_into_dataclasses(
+        ["--output_dir", "out", "--sago_stop_strings", "\\n", "Q:"])
+    assert sago.sago_config().stop_strings == ["\n", "Q:"]
+    cli = config_from_args(build_parser().parse_args(["eval", "--stop", "\\n", "--stop", "Q:"]))
+    assert cli.stop_strings == sago.sago_config().stop_strings
