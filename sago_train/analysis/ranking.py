@@ -42,13 +42,8 @@ def paired_flip_test(a: Evaluation, b: Evaluation, set_name: str, axis: str, *, 
     va, vb = a.group_values(set_name, axis), b.group_values(set_name, axis)
     if va is None or vb is None:
         return None
-    allowed = None if ids is None else set(ids)
-    common = [g for g in va if g in vb and (allowed is None or g in allowed)]
-    if not common:
-        return None
-    v = stats.paired_verdict([va[g] for g in common], [vb[g] for g in common], higher_is_better=higher_is_better(axis),
-                             alpha=alpha, seed=seed)
-    if v.n == 0:
+    v = stats.paired_verdict_by_id(va, vb, ids=ids, higher_is_better=higher_is_better(axis), alpha=alpha, seed=seed)
+    if v is None or v.n == 0:
         return None
     return {"verdict": v.verdict, "mean_diff": v.mean_diff, "ci_low": v.ci_low, "ci_high": v.ci_high,
             "p_worse": v.p_worse, "p_better": v.p_better, "p_value": min(v.p_worse, v.p_better), "n": v.n,

@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import SagoInputError
 from ..functional import stats
 from ..functional.axes.registry import higher_is_better
@@ -143,15 +141,12 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                 if before_by_id is None or after_by_id is None:
                     rows.append({**row, "n": 0, "verdict": "no per-group records"})
                     continue
-                common = [g for g in before_by_id if g in after_by_id]
-                before = np.array([before_by_id[g] for g in common], dtype=float)
-                after = np.array([after_by_id[g] for g in common], dtype=float)
-                if not common or not np.isfinite(before).any():
+                # between_dispersion is judged in its raw direction (higher = "worse" side = more dispersed).
+                v = stats.paired_verdict_by_id(before_by_id, after_by_id, alpha=alpha, seed=seed,
+                                               higher_is_better=axis != BETWEEN and higher_is_better(axis))
+                if v is None:
                     rows.append({**row, "n": 0, "verdict": "no common groups"})
                     continue
-                # between_dispersion is judged in its raw direction (higher = "worse" side = more dispersed).
-                v = stats.paired_verdict(before, after, higher_is_better=axis != BETWEEN and higher_is_better(axis),
-                                         alpha=alpha, seed=seed)
                 if v.n == 0:
                     rows.append({**row, "n": 0, "verdict": "no common groups with values"})
                     continue

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "min_groups",
     "paired_comparison",
     "paired_verdict",
+    "paired_verdict_by_id",
     "to_jsonable",
 ]
 
@@ -121,17 +122,24 @@ def _check_resampling(n_resamples: int, confidence: float) -> None:
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}")
 
 
-def _bootstrap_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
-    """Means of ``n_resamples`` resamples (with replacement) of ``x``; rows drawn in fixed-size chunks."""
-    n = x.shape[0]
+def _resampled(n: int, n_resamples: int, seed: int, statistic: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``statistic`` of ``n_resamples`` resamples (with replacement) of ``n`` groups: ``statistic`` maps a
+    ``[rows, n]`` block of group indices to one value per row; rows are drawn in fixed-size chunks."""
     rng = np.random.default_rng(seed)
     rows = max(1, _CHUNK_ELEMENTS // n)
     out = np.empty(n_resamples, dtype=np.float64)
     for start in range(0, n_resamples, rows):
         stop = min(start + rows, n_resamples)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        out[start:stop] = x[idx].mean(axis=1)
+        out[start:stop] = statistic(rng.integers(0, n, size=(stop - start, n)))
     return out
+
+
+def _percentile_summary(point: float, resampled: np.ndarray, n: int, confidence: float) -> Summary:
+    alpha = 1.0 - float(confidence)
+    lo, hi = np.quantile(resampled, [alpha / 2.0, 1.0 - alpha / 2.0])
+    # The percentile interval brackets the estimate except through Monte Carlo noise or rounding in degenerate
+    # data; widen it to include the point estimate so that ci_low <= mean <= ci_high always holds.
+    return Summary(point, float(min(lo, point)), float(max(hi, point)), n)
 
 
 def _summary(x: np.ndarray, n_resamples: int, confidence: float, seed: int) -> Summary:
@@ -142,12 +150,7 @@ def _summary(x: np.ndarray, n_resamples: int, confidence: float, seed: int) -> S
     if n == 1 or bool(np.all(x == x[0])):
         value = float(x[0]) if n == 1 else mean
         return Summary(value, value, value, n)
-    means = _bootstrap_means(x, n_resamples, seed)
-    alpha = 1.0 - float(confidence)
-    lo, hi = np.quantile(means, [alpha / 2.0, 1.0 - alpha / 2.0])
-    # The percentile interval brackets the mean except through Monte Carlo noise or rounding in degenerate data;
-    # widen it to include the point estimate so that ci_low <= mean <= ci_high always holds.
-    return Summary(mean, float(min(lo, mean)), float(max(hi, mean)), n)
+    return _percentile_summary(mean, _resampled(n, n_resamples, seed, lambda idx: x[idx].mean(axis=1)), n, confidence)
 
 
 def _quiet(func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -240,16 +243,8 @@ def bootstrap_ratio_ci(
     ratio = float(num.sum() / den.sum())
     if n == 1 or bool(np.all(num / den == num[0] / den[0])):
         return Summary(ratio, ratio, ratio, n)
-    rng = np.random.default_rng(seed)
-    rows = max(1, _CHUNK_ELEMENTS // n)
-    out = np.empty(int(n_resamples), dtype=np.float64)
-    for start in range(0, int(n_resamples), rows):
-        stop = min(start + rows, int(n_resamples))
-        idx = rng.integers(0, n, size=(stop - start, n))
-        out[start:stop] = num[idx].sum(axis=1) / den[idx].sum(axis=1)
-    alpha = 1.0 - float(confidence)
-    lo, hi = np.quantile(out, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return Summary(ratio, float(min(lo, ratio)), float(max(hi, ratio)), n)
+    resampled = _resampled(n, int(n_resamples), seed, lambda idx: num[idx].sum(axis=1) / den[idx].sum(axis=1))
+    return _percentile_summary(ratio, resampled, n, confidence)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -403,6 +398,31 @@ def decide(mean_diff: float, ci_low: float, ci_high: float, p_worse: float, p_be
     if p_better < alpha and better_side and -sign * mean_diff >= min_delta:
         return BETTER
     return NO_DIFFERENCE
+
+
+def paired_verdict_by_id(
+    before: Mapping[str, float],
+    after: Mapping[str, float],
+    *,
+    ids: Sequence[str] | None = None,
+    higher_is_better: bool = False,
+    alpha: float = ALPHA,
+    min_delta: float = 0.0,
+    seed: int = 0,
+) -> Verdict | None:
+    """:func:`paired_verdict` of two ``{group id: value}`` maps on the ids both have (only ``ids`` when given,
+    in ``after``'s order); None when they share no id.
+
+    Example:
+        >>> paired_verdict_by_id({"a": 0.1, "b": 0.2}, {"c": 0.3}) is None
+        True
+    """
+    allowed = None if ids is None else set(ids)
+    common = [g for g in after if g in before and (allowed is None or g in allowed)]
+    if not common:
+        return None
+    return paired_verdict(np.array([before[g] for g in common], float), np.array([after[g] for g in common], float),
+                          higher_is_better=higher_is_better, alpha=alpha, min_delta=min_delta, seed=seed)
 
 
 def paired_verdict(

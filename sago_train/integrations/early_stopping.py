@@ -15,7 +15,7 @@ from ..errors import SagoInputError, did_you_mean, short_repr, unknown_name_erro
 from ..functional import stats
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import Evaluation
-from .monitor import is_improvement, is_untrained, paired_verdict
+from .monitor import axis_verdict, is_improvement, is_untrained
 from .options import EarlyStoppingOptions
 
 logger = logging.getLogger(__name__)
@@ -299,7 +299,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         delta = sign * (mean - self.best_mean)
         if self.mode == "threshold":
             return delta > self.min_delta, {"delta": delta}
-        res = paired_verdict(self.axis, dict(zip(self.best_ids, self.best_values)), dict(zip(ids, current)),
+        res = axis_verdict(self.axis, dict(zip(self.best_ids, self.best_values)), dict(zip(ids, current)),
                              alpha=self.alpha, min_delta=self.min_delta)
         if res is None:
             return False, {"delta": delta, "rule": stats.NOT_ENOUGH}

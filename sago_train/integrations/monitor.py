@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..functional import stats
 from ..functional.axes.registry import higher_is_better
 from ..results import store
@@ -37,21 +35,14 @@ def is_untrained(step: int | None) -> bool:
     return step == 0
 
 
-def paired_verdict(axis: str, reference: Mapping[str, float], current: Mapping[str, float], *,
-                   alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
-    """``current`` against ``reference`` on ``axis`` (groups paired by id), judged by the one verdict rule
-    (:func:`~sago_train.functional.stats.paired_verdict`, direction from the axis registry).
-
-    ``mean_diff`` = mean of (current - reference) in the axis' own units; ``p_worse`` is the one-sided Wilcoxon
-    test that ``current`` is worse ("greater" for an instability, "less" for a higher-is-better quantity).
-    None when no group is shared."""
-    common = [i for i in current if i in reference]
-    if not common:
-        return None
-    before = np.array([reference[i] for i in common], float)
-    after = np.array([current[i] for i in common], float)
-    return stats.paired_verdict(before, after, higher_is_better=higher_is_better(axis), alpha=alpha,
-                                min_delta=min_delta, seed=seed)
+def axis_verdict(axis: str, reference: Mapping[str, float], current: Mapping[str, float], *,
+                 alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
+    """``current`` against ``reference`` on ``axis`` (``{group id: value}``, paired by id), judged by the one
+    verdict rule (:func:`~sago_train.functional.stats.paired_verdict_by_id`) in the axis registry's direction:
+    ``mean_diff`` = mean of (current - reference); ``p_worse`` is the one-sided Wilcoxon test that ``current`` is
+    worse ("greater" for an instability, "less" for a higher-is-better quantity). None when no group is shared."""
+    return stats.paired_verdict_by_id(reference, current, higher_is_better=higher_is_better(axis), alpha=alpha,
+                                      min_delta=min_delta, seed=seed)
 
 
 def change_entry(verdict: stats.Verdict, step: int | None) -> dict[str, Any]:
@@ -113,7 +104,7 @@ class MonitorState:
                 for label, ref in (("vs_baseline", self.baseline), ("vs_best", self.best.get((name, axis)))):
                     if ref is None or ref.step == ev.step:
                         continue
-                    res = paired_verdict(axis, ref.group_values(name, axis) or {}, current, seed=alpha_seed)
+                    res = axis_verdict(axis, ref.group_values(name, axis) or {}, current, seed=alpha_seed)
                     if res is not None:
                         entry[label] = stats.to_jsonable(change_entry(res, ref.step))
                 if entry:

@@ -9,7 +9,7 @@ from scipy import stats as sps
 
 from sago_train.functional import stats
 from sago_train.functional.axes.registry import AXES, Axis, higher_is_better
-from sago_train.integrations.monitor import MonitorState, is_improvement, paired_verdict
+from sago_train.integrations.monitor import MonitorState, axis_verdict, is_improvement
 from sago_train.results.evaluation import Evaluation
 
 
@@ -22,17 +22,17 @@ def test_direction_comes_from_the_registry():
 
 
 @pytest.mark.parametrize("axis,alternative", [("activation", "greater"), ("accuracy", "less")])
-def test_paired_verdict_is_the_one_sided_wilcoxon_in_the_worse_direction(axis, alternative):
+def test_axis_verdict_is_the_one_sided_wilcoxon_in_the_worse_direction(axis, alternative):
     rng = np.random.default_rng(0)
     best = rng.uniform(0.2, 0.6, 30)
     current = best + rng.normal(0.03 if alternative == "greater" else -0.03, 0.02, 30)
     ids = [f"g{i}" for i in range(30)]
-    res = paired_verdict(axis, dict(zip(ids, best)), dict(zip(reversed(ids), current[::-1])))
+    res = axis_verdict(axis, dict(zip(ids, best)), dict(zip(reversed(ids), current[::-1])))
     assert res.n == 30
     assert res.mean_diff == pytest.approx(float(np.mean(current - best)), abs=1e-12)
     assert res.p_worse == pytest.approx(sps.wilcoxon(current - best, alternative=alternative).pvalue, rel=1e-12)
     assert res.p_worse < 0.01 and res.verdict == stats.WORSE
-    assert paired_verdict(axis, {"a": 1.0}, {"b": 1.0}) is None  # no shared group
+    assert axis_verdict(axis, {"a": 1.0}, {"b": 1.0}) is None  # no shared group
 
 
 def test_best_follows_the_axis_direction(monkeypatch):
