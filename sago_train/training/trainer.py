@@ -190,7 +190,7 @@ class StabilityTrainerMixin:
         conf: torch.Tensor | None,
         ga: int,
         scaled: bool,
-        weights: tuple[float, float] = (0.0, 0.0),
+        weights: tuple[float, float],
     ) -> None:
         values = {"sago_task_loss": task, "sago_act_loss": act, "sago_conf_loss": conf}
         if not training:
