@@ -3,11 +3,13 @@ cannot escape their directory, and the run lock."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -18,11 +20,11 @@ from .errors import SagoInputError, short_repr
 from .limits import MAX_LINE_BYTES, MAX_SET_FILE_BYTES, human_bytes, open_regular_file
 
 # Names that become one path component (a set's file, a run's folder): no '/', no '..', at most 100 characters.
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+\-]{0,99}$")
 
 
 def is_safe_name(name: Any) -> bool:
-    """Whether ``name`` is a single safe path component: letters, digits, '_', '-', '.', no '..'."""
+    """Whether ``name`` is a single safe path component: letters, digits, '_', '-', '+', '.', no '..'."""
     return isinstance(name, str) and bool(_SAFE_NAME.match(name)) and ".." not in name
 
 
@@ -44,7 +46,7 @@ def validate_set_name(name: str, **where: Any) -> str:
     """Check that ``name`` is safe as a file name component and return it."""
     if not is_safe_name(name):
         raise SagoInputError(
-            f"invalid set name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
+            f"invalid set name {short_repr(name)}: expected letters, digits, '_', '-', '+' or '.', starting with a "
             "letter or digit",
             hint="set names become file names, so they cannot contain '/' or '..'",
             **where,
@@ -267,26 +269,37 @@ def acquire_run_lock(directory: str | os.PathLike[str]) -> Path:
     ``train()``, the CLI and the callback). Raises :class:`sago_train.errors.SagoInputError` naming the owner."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    path = (root / LOCK_NAME).resolve()
+    path = _lock_path(root)
     if path in _held:
         f, n = _held[path]
         _held[path] = (f, n + 1)
         return path
-    f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - kept open while the lock is held
-    try:
-        import fcntl
+    while True:
+        f = _open_lock_file(path)
+        try:
+            import fcntl
 
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except ImportError:  # no flock (Windows): the pid in the file decides
-        owner = _lock_owner(path)
-        if owner.get("pid") and owner.get("host") == socket.gethostname() and _pid_alive(int(owner["pid"])):
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # no flock (Windows): the pid in the file decides
+            owner = _lock_owner(path)
+            if owner.get("pid") and owner.get("host") == socket.gethostname() and _pid_alive(int(owner["pid"])):
+                f.close()
+                raise SagoInputError(_locked_message(root, owner)) from None
+            break
+        except OSError:
+            owner = _lock_owner(path)
             f.close()
-            raise SagoInputError(_locked_message(root, owner)) from None
-    except OSError:
-        owner = _lock_owner(path)
+            raise SagoInputError(_locked_message(root, owner),
+                                 hint="wait for it to finish, or choose another output directory") from None
+        # The releasing owner removes the file: a lock won on a file that was removed meanwhile (opened just
+        # before the removal) holds nothing that the next process would see, so take the current file again.
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(f.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
         f.close()
-        raise SagoInputError(_locked_message(root, owner),
-                             hint="wait for it to finish, or choose another output directory") from None
     previous = _lock_owner(path)
     if previous.get("pid") and previous.get("pid") != os.getpid():
         logging.getLogger(__name__).warning(
@@ -300,9 +313,32 @@ def acquire_run_lock(directory: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _lock_path(root: Path) -> Path:
+    # The folder resolved, the file itself not: a symlink named run.lock is refused, never followed.
+    return root.resolve() / LOCK_NAME
+
+
+def _open_lock_file(path: Path) -> Any:
+    """The lock file opened for reading and writing, created if missing; a symlink or a non-regular file in its
+    place is refused (writing through it would truncate whatever it points to)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if path.is_symlink():
+            raise SagoInputError(f"{path} is a symbolic link; sago_train never writes through one",
+                                 hint="remove it (the run's lock file is created afresh)") from None
+        raise SagoInputError(f"cannot open the lock file {path}: {err.strerror or err}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SagoInputError(f"{path} is not a regular file", hint="remove it (the run's lock file is created afresh)")
+    return os.fdopen(fd, "r+", encoding="utf-8")
+
+
 def release_run_lock(directory: str | os.PathLike[str]) -> None:
-    """Drop one hold of :func:`acquire_run_lock`; the last one empties the file and unlocks."""
-    path = (Path(directory) / LOCK_NAME).resolve()
+    """Drop one hold of :func:`acquire_run_lock`; the last one removes the file and unlocks, so a clean run
+    leaves no lock file behind (a dead owner's file, with its pid, stays: a stale lock the next run takes over)."""
+    path = _lock_path(Path(directory))
     if path not in _held:
         return
     f, n = _held[path]
@@ -310,11 +346,8 @@ def release_run_lock(directory: str | os.PathLike[str]) -> None:
         _held[path] = (f, n - 1)
         return
     del _held[path]
-    try:  # an empty file means "released cleanly"; a dead owner's pid left in it means a stale lock
-        f.seek(0)
-        f.truncate()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # before unlocking: a process that opens it now creates a new file
     f.close()  # closing the descriptor releases the flock
 
 

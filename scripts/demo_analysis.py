@@ -77,7 +77,7 @@ def hidden_vectors(run: Path, variant_set: Any, layers: Sequence[int] | None, po
     groups = list(variant_set)
     ks = {len(g.variants) for g in groups}
     if len(ks) != 1:
-        raise ValueError(f"set {variant_set.name}: groups have different K {sorted(ks)}; the analysis needs one K")
+        raise ValueError(f"{len(groups)} groups: they have different K {sorted(ks)}; the analysis needs one K")
     chat = resolve_chat_template(chat_template, tok) == "always"
     prompts = [encode_variant(v, tok, chat=chat) for g in groups for v in g.variants]
     with torch.no_grad():
@@ -111,10 +111,12 @@ def arm_set_values(run: Path, set_name: str, variant_set: Any, layers: Sequence[
     """Every per-group metric of one arm on one set, at the arm's last evaluation."""
     step = last_step(run) if step is None else step
     recs = {r["id"]: r for r in read_records(run, step, set_name)}
+    # The groups the evaluation scored (all of them, or its seeded max_groups subset): activation_rel is relative
+    # to those groups' between-group dispersion, so the recomputation must use the same ones.
+    variant_set = [g for g in variant_set if g.id in recs]
+    if not variant_set:
+        raise ValueError(f"{run}: step {step} of set {set_name} has no record for any group of the set")
     hidden, ids = hidden_vectors(run, variant_set, layers, pooling, chat_template)
-    missing = [i for i in ids if i not in recs]
-    if missing:
-        raise ValueError(f"{run}: step {step} of set {set_name} has no record for groups {missing[:5]}")
     act, rel, between, _ = relative_values(hidden)
     # The activation axis clips each layer's value to [0, 1] (anti-aligned states, which a loss pushing groups
     # apart can produce); activation_rel does not. Compare like with like.

@@ -3,6 +3,7 @@ initialization), monitored by SAGO on held-out variant sets, then compare every 
 
     python scripts/run_demo.py [--recipe recipes/demo.yaml] [--out runs/demo] [--arms canonical,augment,...]
                                [--arm NAME="--stability.x=1 --training.y=2"] [--baseline augment] [--steps N]
+                               [--override "--monitor.options.max_groups=4 ..."]
 
 The default arms (issue 10's fair comparison; each fixes every stability setting it depends on):
 
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="define an arm from recipe overrides, e.g. 'mine=--stability.act_weight=2 ...'")
     ap.add_argument("--baseline", default="augment", help="the arm every other arm is tested against")
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps in every arm")
+    ap.add_argument("--override", action="append", default=[], metavar="OVERRIDES",
+                    help="recipe overrides for every arm (shell-quoted), e.g. '--monitor.options.max_groups=4'")
     ap.add_argument("--no-report", action="store_true", help="skip `sago-train report` over the arms")
     ap.add_argument("--analysis-only", action="store_true", help="rewrite headline.md from existing runs")
     ap.add_argument("--figure", default=None, help="copy the report's first set-over-steps plot here")
@@ -132,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     recipe_path, out = Path(args.recipe), Path(args.out)
     extra = [f"--training.max_steps={args.steps}"] if args.steps else []
+    extra += [token for item in args.override for token in shlex.split(item)]
     recipe = load_recipe(recipe_path, extra)
     steps, seed = int(recipe.training["max_steps"]), int(recipe.training.get("seed", 42))
     t0 = time.perf_counter()

@@ -89,3 +89,55 @@ def test_headline_tables_cover_every_arm_with_paired_tests():
     assert better.startswith("-0.5") and better.endswith("p=0.00024")
     assert float(same.split("p=")[1].rstrip(" |")) > 0.001
     assert "accuracy, kind other" in text
+
+
+ROOT = SCRIPTS.parent
+
+
+def _run_demo(tmp_path, *args):
+    """scripts/run_demo.py as `make demo` runs it (a subprocess, in a directory of its own: nothing may land in
+    the current directory), on a reduced setting: the point is that every arm runs end to end."""
+    import os
+
+    from tests._helpers.proc import run
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    env.pop("WANDB_DIR", None)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    res = run([sys.executable, str(SCRIPTS / "run_demo.py"), "--out", str(tmp_path / "demo"), *args], cwd=work,
+              env=env, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert list(work.iterdir()) == [], "the demo wrote into the current directory"
+    return tmp_path / "demo", res
+
+
+def _check_arms(out, arms, steps):
+    import json
+
+    assert (out / "headline.md").is_file() and (out / "report" / "report.md").is_file()
+    assert "| set | metric | " + " | ".join(arms) + " |" in (out / "headline.md").read_text()  # every arm tabled
+    for arm in arms:
+        history = [json.loads(line) for line in (out / arm / "sago" / "history.jsonl").read_text().splitlines()]
+        assert [h["step"] for h in history] == [0, steps], arm
+        assert not (out / arm / "sago" / "run.lock").exists(), arm  # released cleanly
+        assert any((out / arm / "wandb").iterdir()), arm  # W&B files under the arm, not the current directory
+
+
+@pytest.mark.slow
+def test_make_demo_runs_every_arm_on_a_reduced_setting(tmp_path):
+    # Every arm of `make demo` (their names included: a run-name check once refused 'augment+stability').
+    out, _ = _run_demo(tmp_path, "--steps", "2", "--override",
+                       "--monitor.eval_steps=2 --monitor.options.max_groups=4 --training.logging_steps=1")
+    _check_arms(out, list(run_demo.DEFAULT_ARMS), steps=2)
+
+
+@pytest.mark.slow
+def test_make_demo_real_runs_its_arms_on_a_reduced_setting(tmp_path, real_smollm):
+    # The arms of `make demo-real` on its recipe (the real model), one step, 3 groups per set.
+    arms = ["canonical", "augment", "relative"]
+    out, _ = _run_demo(tmp_path, "--recipe", str(ROOT / "recipes" / "demo-real.yaml"), "--arms", ",".join(arms),
+                       "--baseline", "augment", "--steps", "1", "--override",
+                       "--monitor.eval_steps=1 --monitor.options.max_groups=3 --monitor.options.max_new_tokens=4")
+    _check_arms(out, arms, steps=1)

@@ -122,14 +122,13 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if len(args.dirs) < 2:
         raise SagoInputError(f"compare needs at least 2 directories, got {len(args.dirs)}")
-    from rich.console import Console
-
     from ..analysis.compare import compare_evaluations, load_sources
+    from .console import make_console
 
     evals = load_sources(args.dirs, last_only=True)
     result = compare_evaluations(evals, axes=args.axes,  # type: ignore[arg-type]
                                  allow_different_groups=args.allow_different_groups)
-    console = Console(highlight=False, soft_wrap=True)
+    console = make_console()
     print_comparison(result, console)
     if args.json_out:
         atomic_write_json(args.json_out, result)

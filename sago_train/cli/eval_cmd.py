@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.display import print_result
     from ..eval.evaluator import SAGOEvaluator
     from ..integrations.progress import SetProgress, stderr_is_terminal
+    from .console import make_console
 
     sets = _sets_for(args.sets, args.model)
     _init_distributed()
@@ -94,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
         model_path, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code, config=config
     )
     main = distributed.is_main_process()
-    # Tables are wide; outside a terminal (logs, CI) rich would wrap them at 80 columns.
-    console = Console(stderr=False, width=None if sys.stdout.isatty() else 110)
+    console = make_console()
     if args.quiet or not main:
         result = evaluator.evaluate(sets)
     elif not stderr_is_terminal():  # a log file: the bar would draw nothing, so one line per set instead

@@ -102,7 +102,7 @@ def validate_run_name(name: Any, **where: Any) -> str:
     # Run names become directory names (runs/<name>): one path component, so a run cannot write outside runs/.
     if not is_safe_name(name):
         raise SagoInputError(
-            f"invalid run name {short_repr(name)}: expected letters, digits, '_', '-' or '.', starting with a "
+            f"invalid run name {short_repr(name)}: expected letters, digits, '_', '-', '+' or '.', starting with a "
             "letter or digit (at most 100)",
             hint="the name becomes the folder runs/<name>, so it cannot contain '/' or '..'; "
                  "use --output-dir to write elsewhere",

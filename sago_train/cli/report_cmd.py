@@ -42,18 +42,18 @@ def default_out(source: Any) -> Path:
 def run(args: argparse.Namespace) -> int:
     if len(args.dirs) > 1 and args.out is None:
         raise SagoInputError("--out DIR is required when reporting on several directories")
-    from rich.console import Console
     from rich.markup import escape as esc
 
     from ..analysis.compare import load_sources
     from ..analysis.formatting import fmt_num
     from ..analysis.report import is_significant, write_report
     from ..functional.stats import NOT_ENOUGH
+    from .console import make_console
 
     sources = load_sources(args.dirs)
     out = Path(args.out) if args.out is not None else default_out(sources[0])
     result = write_report(sources, out)
-    console = Console(highlight=False, soft_wrap=True)
+    console = make_console()
     console.print(f"wrote {esc(str(result.markdown))} and {len(result.plots)} plot(s):")
     for png in result.plots:
         console.print(f"  {esc(str(png))}")

@@ -48,8 +48,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
-    from rich.console import Console
-
+    from .console import make_console
     from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
     from .runner import build_trainer, dry_run, save_resolved
 
@@ -68,7 +67,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     if args.name:
         data["name"] = args.name
     recipe = parse_recipe(data, source=args.recipe)
-    console = Console(width=None if sys.stdout.isatty() else 110)
+    console = make_console()
     output_dir = str(args.output_dir or recipe.training.get("output_dir") or Path("runs") / recipe.name)
     # Outputs are checked before the model loads: an unwritable or occupied directory fails in a second.
     check_output_dir(output_dir)
@@ -135,5 +134,8 @@ def _finish_wandb(trainer: Any) -> None:
 
         if wandb.run is not None:
             wandb.finish()
+        # W&B reads WANDB_DIR once per process setup: tear it down so that the next run in this process (the
+        # demo's next arm) writes its files under its own output directory.
+        wandb.teardown()
     except Exception as err:  # noqa: BLE001 - closing a reporter must not fail a finished run
         print(f"sago-train run: W&B could not be closed cleanly ({type(err).__name__}: {err})", file=sys.stderr)

@@ -41,6 +41,20 @@ def wandb_mode_default() -> None:
     os.environ["WANDB_MODE"] = "offline"
 
 
+#: WANDB_DIR as the user's environment had it when this module was first imported (None: unset).
+_USER_WANDB_DIR = os.environ.get("WANDB_DIR")
+
+
+def wandb_dir_default(output_dir: str) -> None:
+    """W&B writes its run files under the run's output directory (``<output_dir>/wandb``), not into the current
+    directory, unless the user chose ``WANDB_DIR``. Set per run: several runs in one process (the demo's arms)
+    each get their own."""
+    if _USER_WANDB_DIR is not None:
+        return
+    os.makedirs(output_dir, exist_ok=True)
+    os.environ["WANDB_DIR"] = str(Path(output_dir).resolve())
+
+
 def load_records(recipe: Recipe, value: str, what: str) -> list[dict[str, Any]]:
     return load_located_records(recipe, value, what)[0]
 
@@ -202,6 +216,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         training["output_dir"] = output_dir
     if "wandb" in (training.get("report_to") or []):
         wandb_mode_default()
+        wandb_dir_default(training["output_dir"])
     if fmt == "groups" and recipe.trainer != "sft":
         training.setdefault("remove_unused_columns", False)
     try:

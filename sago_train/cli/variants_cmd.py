@@ -78,11 +78,11 @@ def build_generators(args: argparse.Namespace) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape as esc
 
     from ..data.build import build_variant_set, unchanged_counts
     from ..data.examples import load_examples
+    from .console import make_console
 
     out = Path(args.out)
     if out.is_dir():
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     vs = build_variant_set(examples, generators, name=name, seed=args.seed)
     atomic_write_jsonl(out, [g.to_dict() for g in vs])
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = make_console()
     n_variants = sum(g.k for g in vs)
     kinds = vs.kinds or []
     console.print(f"wrote {len(vs)} groups, {n_variants} variants ({len(kinds)} per group: {', '.join(kinds)}) "
