@@ -40,7 +40,8 @@ _IMPORT_STRUCTURE: dict[str, list[str]] = {
     ],
     "training.loss": ["StabilityConfig", "StabilityLoss"],
     "cli.recipe": ["Recipe", "load_recipe"],
-    "results.records": ["EvalResult", "GroupResult", "SetResult"],
+    "results.evaluation": ["Evaluation", "GroupRecord", "SetEvaluation"],
+    "integrations.options": ["MonitorOptions", "EarlyStoppingOptions"],
     "training.trainer": ["StabilityTrainer", "StabilitySFTTrainer"],
     "functional.stats": ["bootstrap_ci", "paired_comparison"],
     "functional.relations": ["axis_correlation", "kind_effect", "rank_reversal"],
@@ -93,8 +94,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .integrations.arguments import SAGOArguments  # noqa: F401
     from .integrations.callback import SAGOCallback  # noqa: F401
     from .integrations.early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
+    from .integrations.options import EarlyStoppingOptions, MonitorOptions  # noqa: F401
     from .model.tiny import load_tiny_model, tiny_model_path  # noqa: F401
-    from .results.records import EvalResult, GroupResult, SetResult  # noqa: F401
+    from .results.evaluation import Evaluation, GroupRecord, SetEvaluation  # noqa: F401
     from .training.collator import VariantGroupCollator  # noqa: F401
     from .training.loss import StabilityConfig, StabilityLoss  # noqa: F401
     from .training.trainer import StabilitySFTTrainer, StabilityTrainer  # noqa: F401

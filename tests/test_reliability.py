@@ -235,8 +235,8 @@ def test_same_seed_same_numbers_twice():
 
     model, tok = load_tiny_model()
     sets = {k: v.subset(range(10)) for k, v in bundled_sets().items()}
-    a = SAGOEvaluator(model, tok, seed=3).evaluate(sets).summary()
-    b = SAGOEvaluator(model, tok, seed=3).evaluate(sets).summary()
+    a = SAGOEvaluator(model, tok, seed=3).evaluate(sets).to_summary()
+    b = SAGOEvaluator(model, tok, seed=3).evaluate(sets).to_summary()
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 

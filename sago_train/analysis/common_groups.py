@@ -18,6 +18,8 @@ import numpy as np
 
 from ..errors import SagoInputError
 from ..functional import stats
+from ..functional.axes import correctness_summary
+from ..functional.stats import Summary
 from ..results.evaluation import ACCURACY, Evaluation
 
 #: The CLI flag (and the keyword of :func:`~sago_train.analysis.ranking.compare_evaluations`) that ranks on each
@@ -54,8 +56,8 @@ def _n_groups(e: Evaluation, set_name: str, ids: list[str] | None) -> Any:
     """How many groups an entry scored: its records, else the ``n`` recorded with its first axis."""
     if ids is not None:
         return len(ids)
-    summaries = e.summaries.get(set_name) or {}
-    return next((v.get("n") for v in summaries.values() if isinstance(v, dict) and v.get("n") is not None), "?")
+    s = e.sets.get(set_name)
+    return s.n_groups if s is not None and s.n_groups else "?"
 
 
 def set_scope(evals: Sequence[Evaluation], set_name: str, *, allow_different_groups: bool = False) -> SetScope:
@@ -67,8 +69,8 @@ def set_scope(evals: Sequence[Evaluation], set_name: str, *, allow_different_gro
     """
     ids = {}
     for e in evals:
-        recs = e.records(set_name)
-        ids[e.label] = None if recs is None else [str(r["id"]) for r in recs]
+        groups = e.groups(set_name)
+        ids[e.label] = None if groups is None else [g.id for g in groups]
     sizes = ", ".join(f"{e.label}: {_n_groups(e, set_name, ids[e.label])}" for e in evals)
     missing = [lab for lab, v in ids.items() if v is None]
     problem = None
@@ -94,31 +96,24 @@ def set_scope(evals: Sequence[Evaluation], set_name: str, *, allow_different_gro
     return SetScope(set_name, common, dropped, f"scored on {len(common)} common groups of set '{set_name}' ({detail})")
 
 
-def _accuracy(e: Evaluation, set_name: str, ids: list[str]) -> dict[str, Any] | None:
-    """Accuracy over the variants of ``ids`` (the share of variants answered right) with its CI over groups
-    (:func:`~sago_train.functional.stats.bootstrap_ratio_ci`, default resamples and seed): ``n``
-    counts the groups that have correctness (a group without a reference is never counted, as in
-    :func:`~sago_train.functional.axes.correctness.correctness_summary`)."""
-    recs = {str(r["id"]): r for r in e.records(set_name) or []}
-    right: list[int] = []
-    total: list[int] = []
-    for g in ids:
-        correct = (recs.get(g) or {}).get("correct")
-        if correct:
-            right.append(sum(map(bool, correct)))
-            total.append(len(correct))
-    if not total:
+def _accuracy(e: Evaluation, set_name: str, ids: list[str]) -> Summary | None:
+    """Accuracy over the variants of ``ids`` with its CI over groups: the correctness summary of those groups
+    (:func:`~sago_train.functional.axes.correctness_summary`, the one definition of accuracy); a group without
+    correctness is never counted."""
+    by_id = {g.id: g for g in e.groups(set_name) or []}
+    correct = [by_id[g].correct for g in ids if g in by_id and by_id[g].correct]
+    if not correct:
         return None
-    ci = stats.bootstrap_ratio_ci(right, total)
-    return {"mean": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n}
+    acc = correctness_summary(correct, None)
+    return Summary(acc["accuracy"], acc["accuracy_ci_low"], acc["accuracy_ci_high"], acc["n"])
 
 
-def _recorded(evals: Sequence[Evaluation], set_name: str, axis: str) -> dict[str, Any]:
+def _recorded(evals: Sequence[Evaluation], set_name: str, axis: str) -> dict[str, Summary]:
     return {e.label: sc for e in evals if (sc := e.score(set_name, axis)) is not None}
 
 
-def scores(evals: Sequence[Evaluation], scope: SetScope, axis: str, *, seed: int = 0) -> tuple[dict[str, Any], str | None]:
-    """Per entry ``{"mean", "ci_low", "ci_high", "n"}`` of ``axis`` on the scope's groups, and a note when the
+def scores(evals: Sequence[Evaluation], scope: SetScope, axis: str, *, seed: int = 0) -> tuple[dict[str, Summary], str | None]:
+    """Per entry the :class:`~sago_train.functional.stats.Summary` of ``axis`` on the scope's groups, and a note when the
     axis is undefined on some common groups for some entry (those groups are left out for every entry).
 
     Where every entry has the same groups (and the axis is defined on the same ones) the recorded summaries are
@@ -143,8 +138,7 @@ def scores(evals: Sequence[Evaluation], scope: SetScope, axis: str, *, seed: int
     if not scope.recompute and len(keep) == len(ids):
         recorded = _recorded([e for e, _ in present], scope.set, axis)
         return recorded, "; ".join(notes) or None
-    out = {e.label: stats.bootstrap_ci(np.array([v[g] for g in keep]), seed=seed).to_dict()
-           for e, v in present} if keep else {}
+    out = {e.label: stats.bootstrap_ci(np.array([v[g] for g in keep]), seed=seed) for e, v in present} if keep else {}
     if len(keep) < len(ids):
         notes.append(f"set '{scope.set}', {axis}: undefined on {len(ids) - len(keep)} of the {len(ids)} common groups "
                      f"for some entry; scored on the {len(keep)} where every entry has a value")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ..errors import SagoInputError
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
-from ..results.store import HISTORY, SAGO_DIR, SUMMARY, Run, load_eval_dir
+from ..results.layout import HISTORY, SAGO_DIR, SUMMARY
+from ..results.store import Run
 from .ranking import ALPHA, available_axes, compare_evaluations, paired_flip_test
 
 __all__ = ["ACCURACY", "ALPHA", "BETWEEN", "INSTABILITY", "Evaluation", "Run", "available_axes",
@@ -64,7 +65,7 @@ def load_source(spec: str | Path) -> Run | Evaluation:
         if step is not None:
             raise SagoInputError(f"{path} is an evaluation directory (summary.json): it has no steps to pick "
                                  f"with @{step}")
-        return load_eval_dir(path)
+        return Evaluation.read(path)
     if (path / SAGO_DIR / HISTORY).is_file():
         sago_dir, run_dir = path / SAGO_DIR, path
     elif (path / HISTORY).is_file():
@@ -101,8 +102,8 @@ def unique_labels(items: Sequence[Run | Evaluation]) -> list[str]:
     """Labels that tell the items apart: the directory name, then more of the path, then ``#2``, ``#3``...
 
     Example:
-        >>> a = Evaluation("m", Path("x/m"), "eval", None, {}, {}, None)
-        >>> b = Evaluation("m", Path("y/m"), "eval", None, {}, {}, None)
+        >>> a = Evaluation({}, label="m", path=Path("x/m"))
+        >>> b = Evaluation({}, label="m", path=Path("y/m"))
         >>> unique_labels([a, b])
         ['x/m', 'y/m']
     """

@@ -8,15 +8,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..results.records import EvalResult, SetResult
-from .formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
+from ..functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
+from ..integrations.keys import display_order
+from ..results.evaluation import Evaluation, SetEvaluation
 
 ALPHA = 0.05
 
 
 
 
-def constant_axes(s: SetResult) -> dict[str, float]:
+def constant_axes(s: SetEvaluation) -> dict[str, float]:
     """Axes of ``s`` with the same value on every group, and that value (said in one line, not tabled)."""
     out = {}
     for axis, sm in s.summaries.items():
@@ -26,22 +27,24 @@ def constant_axes(s: SetResult) -> dict[str, float]:
     return out
 
 
-def set_table(s: SetResult) -> Table:
+def set_table(s: SetEvaluation) -> Table:
     t = Table(title=f"set '{s.name}': {s.n_groups} groups" + (f", {sum(s.skipped.values())} skipped" if s.skipped else ""),
               title_justify="left")
     t.add_column("axis")
     t.add_column("instability", justify="right")
     t.add_column("95% CI", justify="right")
     t.add_column("n", justify="right")
-    for axis, sm in s.summaries.items():
+    for axis in display_order(list(s.summaries)):
+        sm = s.summaries[axis]
         if axis not in constant_axes(s):
             t.add_row(axis, fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
     sm = s.instability
-    t.add_row("[bold]instability[/bold]", fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
+    if sm is not None:  # None: an evaluation that left axes out (a mean over fewer axes would not compare)
+        t.add_row("[bold]instability[/bold]", fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
     return t
 
 
-def kind_table(s: SetResult) -> Table | None:
+def kind_table(s: SetEvaluation) -> Table | None:
     if not s.kind_effects or s.kinds is None:
         return None
     t = Table(title=f"set '{s.name}' per kind (per-variant share of each axis; p = Friedman across groups)",
@@ -58,7 +61,7 @@ def kind_table(s: SetResult) -> Table | None:
     return t
 
 
-def reliability_table(s: SetResult) -> Table:
+def reliability_table(s: SetEvaluation) -> Table:
     """Finding 1 on one set: split-half reliability of the per-group values of each axis."""
     t = Table(title=f"set '{s.name}': is per-group instability noise? (split-half reliability)", title_justify="left")
     for col in ("axis", "r (halves)", "Spearman-Brown", "p (permutation)", "n", "verdict"):
@@ -72,7 +75,7 @@ def reliability_table(s: SetResult) -> Table:
     return t
 
 
-def findings(result: EvalResult) -> list[str]:
+def findings(result: Evaluation) -> list[str]:
     """Plain-language findings, each with the test and the numbers behind it (SPEC "Findings")."""
     notes: list[str] = []
     for s in result.sets.values():
@@ -131,7 +134,7 @@ def _ci(acc: dict[str, Any]) -> str:
     return f" [{fmt_num(lo)}, {fmt_num(hi)}]" if lo is not None and hi is not None else ""
 
 
-def print_result(result: EvalResult, console: Console | None = None) -> None:
+def print_result(result: Evaluation, console: Console | None = None) -> None:
     console = console or Console()
     console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
     for s in result.sets.values():

@@ -27,8 +27,8 @@ ALPHA = stats.ALPHA  # a rank flip is robust when the one verdict rule at ALPHA 
 
 def available_axes(evals: Sequence[Evaluation]) -> list[str]:
     """Axes recorded by any evaluation (first-seen order), then ``instability`` when recorded."""
-    axes = ordered_union(e.axes[s] for e in evals for s in e.sets)
-    if any(INSTABILITY in per_axis for e in evals for per_axis in e.summaries.values()):
+    axes = ordered_union(s.axes for e in evals for s in e.sets.values())
+    if any(s.instability is not None for e in evals for s in e.sets.values()):
         axes.append(INSTABILITY)
     return axes
 
@@ -114,7 +114,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
     scopes: dict[str, SetScope] = {}
     have_set: dict[str, list[Evaluation]] = {}
     for s in all_sets:
-        have = [e for e in evals if s in e.summaries]
+        have = [e for e in evals if s in e.sets]
         if len(have) < 2:
             scope_lines.append(f"set '{s}' was evaluated by one entry only ({have[0].label}): left out")
             continue
@@ -144,7 +144,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
             notes.append(f"axis '{axis}' has no values on any set")
             continue
         higher = higher_is_better(axis)
-        rr = relations.rank_reversal({s: {m: v["mean"] for m, v in per.items()} for s, per in per_set.items()},
+        rr = relations.rank_reversal({s: {m: v.mean for m, v in per.items()} for s, per in per_set.items()},
                                      higher_is_better=higher)
         flips = []
         by_label = {e.label: e for e in evals}
@@ -163,14 +163,14 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
             "higher_is_better": higher,
             "scores": per_set,
             "rankings": rr.rankings,
-            "ranks": {s: _competition_ranks({m: v["mean"] for m, v in per.items()}, higher)
+            "ranks": {s: _competition_ranks({m: v.mean for m, v in per.items()}, higher)
                       for s, per in per_set.items()},
             "tau": rr.tau,
             "flips": flips,
             "reversal": findings.reversal_counts(flips, len({m for per in per_set.values() for m in per})),
         }
     entries = [
-        {"label": e.label, "path": str(e.path), "kind": e.kind, "step": e.step, "model": e.model} for e in evals
+        {"label": e.label, "path": str(e.path), "kind": e.source, "step": e.step, "model": e.model} for e in evals
     ]
     return stats.to_jsonable({"entries": entries, "sets": sets, "scope": scope_lines,
                               "groups": {s: scopes[s].to_dict() for s in sets}, "axes": out_axes, "notes": notes})

@@ -27,14 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import SagoInputError
 from ..functional import stats
 from ..functional.axes.registry import higher_is_better
+from ..functional.formatting import constant_line, fmt_num, fmt_p, p_text
+from ..functional.wording import change_words
 from ..io import atomic_write_text
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
-from ..results.store import HISTORY, Run
+from ..results.layout import HISTORY
+from ..results.store import Run
 from ..version import __version__
-from .formatting import constant_line, fmt_num, fmt_p, p_text
 from .report_findings import findings_markdown
 from .report_plots import (
     _colors,
@@ -76,13 +80,12 @@ def _num(x: Any) -> float:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
 
 
-def _fmt_ci(summary: dict[str, Any] | None) -> str:
-    if summary is None or not math.isfinite(_num(summary.get("mean"))):
+def _fmt_ci(summary: stats.Summary | None) -> str:
+    if summary is None or not math.isfinite(summary.mean):
         return "-"
-    lo, hi = summary.get("ci_low"), summary.get("ci_high")
-    if not (math.isfinite(_num(lo)) and math.isfinite(_num(hi))):
-        return fmt_num(summary["mean"])
-    return f"{fmt_num(summary['mean'])} [{fmt_num(lo)}, {fmt_num(hi)}]"
+    if not (math.isfinite(summary.ci_low) and math.isfinite(summary.ci_high)):
+        return fmt_num(summary.mean)
+    return f"{fmt_num(summary.mean)} [{fmt_num(summary.ci_low)}, {fmt_num(summary.ci_high)}]"
 
 
 def _cell(text: Any) -> str:
@@ -108,9 +111,10 @@ def is_significant(row: dict[str, Any]) -> bool:
     return bool(row.get("n")) and row.get("outcome") in (stats.BETTER, stats.WORSE)
 
 
-def _words(axis: str) -> tuple[str, str]:
-    """(better, worse) in words; ``between_dispersion`` is compared as a quantity, where lower is a collapse."""
-    return ("less dispersed (collapse)", "more dispersed") if axis == BETWEEN else ("more stable", "less stable")
+def _context(outcomes: dict[str, str]) -> dict[str, bool]:
+    """What the words of one set's verdicts depend on (:func:`~sago_train.functional.wording.change_words`):
+    whether its between-group dispersion fell significantly (a collapse) and whether its accuracy fell."""
+    return {"collapse": outcomes.get(BETWEEN) == stats.BETTER, "less_accurate": outcomes.get(ACCURACY) == stats.WORSE}
 
 
 def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, seed: int = 0) -> list[dict[str, Any]]:
@@ -130,11 +134,14 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
     rows: list[dict[str, Any]] = []
     for ev in evals[1:]:
         for s in ref.sets:
-            if s not in ev.summaries:
+            if s not in ev.sets:
                 continue
-            axes = [a for a in ref.axes[s] if a in ev.axes[s]] + [INSTABILITY]
+            axes = [a for a in ref.sets[s].axes if a in ev.sets[s].axes] + [INSTABILITY]
+            if all(np.isfinite(x.sets[s].values(ACCURACY)).any() for x in (ref, ev)):
+                axes.append(ACCURACY)  # stability is never compared without accuracy beside it
             if "activation_rel" in axes:
                 axes.append(BETWEEN)
+            first = len(rows)
             for axis in axes:
                 before_by_id, after_by_id = ref.group_values(s, axis), ev.group_values(s, axis)
                 row: dict[str, Any] = {"run": ev.label, "reference": ref.label, "set": s, "axis": axis}
@@ -150,11 +157,14 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                 if v.n == 0:
                     rows.append({**row, "n": 0, "verdict": "no common groups with values"})
                     continue
-                better, worse = _words(axis)
-                words = v.words(better, worse)
                 rows.append({**row, "n": v.n, "mean_diff": v.mean_diff, "ci_low": v.ci_low, "ci_high": v.ci_high,
                              "p_less_stable": v.p_worse, "p_more_stable": v.p_better, "outcome": v.verdict,
-                             "verdict": f"{ev.label} {words}" if v.significant else words})
+                             "verdict": v.words()})
+            # The words of a set's verdicts read its accuracy and between-group dispersion verdicts.
+            context = _context({r["axis"]: r.get("outcome", "") for r in rows[first:]})
+            for r in rows[first:]:
+                if r.get("outcome") in (stats.BETTER, stats.WORSE):
+                    r["verdict"] = f"{ev.label} {change_words(r['axis'], r['outcome'], **context)}"
     return stats.to_jsonable(rows)
 
 
@@ -168,7 +178,7 @@ def _describe(src: Run | Evaluation) -> str:
         steps = src.steps
         skipped = f", {src.skipped_lines} corrupt history line(s) skipped" if src.skipped_lines else ""
         return f"training run, {len(steps)} evaluation(s), steps {steps[0]}..{steps[-1]}{skipped}"
-    if src.kind == "run":
+    if src.source == "run":
         return f"training run, evaluation at step {src.step}"
     return "evaluation" + (f" of {src.model}" if src.model else "")
 
@@ -178,6 +188,7 @@ def _since_baseline(run: Run) -> list[list[Any]]:
     last = run.history[-1]
     rows = []
     for s, per_axis in (last.get("compare") or {}).items():
+        context = _context({q: ((e or {}).get("vs_baseline") or {}).get("verdict", "") for q, e in (per_axis or {}).items()})
         for axis, entry in (per_axis or {}).items():
             res = (entry or {}).get("vs_baseline")
             if not res:
@@ -187,8 +198,7 @@ def _since_baseline(run: Run) -> list[list[Any]]:
             outcome = stats.decide(_num(res.get("mean_diff")), _num(res.get("ci_low")), _num(res.get("ci_high")), p,
                                    _num(res.get("p_better")), int(_num(res.get("n")) if res.get("n") else 0),
                                    higher_is_better=higher_is_better(axis))
-            better, worse = _words(axis)
-            verdict = {stats.BETTER: better, stats.WORSE: worse}.get(outcome, outcome)
+            verdict = change_words(axis, outcome, **context)
             rows.append([run.label, s, axis, f"{res.get('step')} -> {last['step']}", res.get("n"),
                          fmt_num(res.get("mean_diff")), f"[{fmt_num(res.get('ci_low'))}, {fmt_num(res.get('ci_high'))}]",
                          fmt_p(p), verdict])
@@ -233,17 +243,17 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
     # -- last evaluation tables
     md += ["## Last evaluation", ""]
     for s in sets:
-        have = [e for e in last if s in e.summaries]
+        have = [e for e in last if s in e.sets]
         constant = constant_axes(have, s)
-        axes = [a for a in ordered_union(e.axes[s] for e in have) if a not in constant]
+        axes = [a for a in ordered_union(e.sets[s].axes for e in have) if a not in constant]
         header = ["run", "step", *axes, INSTABILITY, ACCURACY, "groups"]
         rows = []
         for e in have:
             acc = e.score(s, ACCURACY)
-            n = next((v.get("n") for v in e.summaries[s].values() if v.get("n") is not None), None)
+            n = e.sets[s].n_groups or None
             rows.append([e.label, "-" if e.step is None else e.step,
-                         *(_fmt_ci(e.summaries[s].get(a)) for a in axes),
-                         _fmt_ci(e.summaries[s].get(INSTABILITY)), fmt_num(acc["mean"]) if acc else "-",
+                         *(_fmt_ci(e.sets[s].summaries.get(a)) for a in axes),
+                         _fmt_ci(e.sets[s].instability), fmt_num(acc.mean) if acc else "-",
                          "-" if n is None else n])
         md += [f"### set `{s}`", "", *_table(header, rows), ""]
         md += [f"- {constant_line(a, v)}" for a, v in constant.items()] + ([""] if constant else [])
@@ -278,7 +288,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             md += [f"![set {s} per-group values]({png.name})", ""]
         else:
             result.notes.append(f"set '{s}': no per-group records found, no distribution plot")
-    missing = [f"{e.label}/{s}" for e in last for s in e.sets if e.records(s) is None]
+    missing = [f"{e.label}/{s}" for e in last for s in e.sets if not e.sets[s].has_records]
     if missing:
         md += ["Per-group records missing (no distribution, correlation or paired test for): "
                + ", ".join(f"`{m}`" for m in missing), ""]

@@ -3,14 +3,13 @@ recorded per-group values with the test behind it (:mod:`sago_train.functional.f
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import SagoInputError
 from ..functional import findings
+from ..functional.formatting import fmt_num, fmt_p
 from ..results.evaluation import INSTABILITY, Evaluation, ordered_union
-from .formatting import fmt_num, fmt_p
 from .ranking import compare_evaluations
 
 __all__ = ["findings_markdown", "reliability_from_records", "relations_from_records"]
@@ -19,28 +18,16 @@ __all__ = ["findings_markdown", "reliability_from_records", "relations_from_reco
 def reliability_from_records(ev: Evaluation, set_name: str, *, seed: int = 0) -> dict[str, findings.Reliability]:
     """Split-half reliability per axis of one set from the records' ``halves`` (written by the evaluator);
     empty when the set has no records."""
-    recs = ev.records(set_name)
-    if recs is None:
+    s = ev.sets.get(set_name)
+    if s is None or not s.has_records:
         return {}
-    def half(r: dict[str, Any], axis: str, i: int) -> float:
-        pair = (r.get("halves") or {}).get(axis)
-        value = pair[i] if isinstance(pair, list) and len(pair) == 2 else None
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-
-    return {axis: findings.split_half_reliability([half(r, axis, 0) for r in recs], [half(r, axis, 1) for r in recs],
-                                                  seed=seed)
-            for axis in ev.axes.get(set_name, [])}
+    return {axis: findings.split_half_reliability(*s.half_values(axis), seed=seed) for axis in s.axes}
 
 
 def relations_from_records(ev: Evaluation, *, seed: int = 0) -> list[findings.Relation]:
     """Finding 2 for one evaluation: Spearman per set from the per-group records (never pooled), Holm over
     every set and pair of that evaluation."""
-    per_set: dict[str, dict[str, list[float]]] = {}
-    for s in ev.sets:
-        recs = ev.records(s)
-        if recs is None:
-            continue
-        per_set[s] = {a: [(ev.group_values(s, a) or {}).get(r["id"], math.nan) for r in recs] for a in ev.axes[s]}
+    per_set = {name: {a: s.values(a) for a in s.axes} for name, s in ev.sets.items() if s.has_records}
     return findings.axis_relations(per_set, seed=seed)
 
 

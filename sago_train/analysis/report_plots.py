@@ -13,10 +13,10 @@ import numpy as np
 
 from ..errors import SagoInputError
 from ..functional import relations
+from ..functional.formatting import constant_value, fmt_num, p_text
 from ..io import atomic_write_bytes
 from ..results.evaluation import ACCURACY, INSTABILITY, Evaluation, ordered_union
 from ..results.store import Run
-from .formatting import constant_value, fmt_num, p_text
 
 _DPI = 110
 _Y_INSTABILITY = "instability (lower = more stable)"
@@ -82,8 +82,9 @@ def constant_axes(evals: Sequence[Evaluation], set_name: str) -> dict[str, float
     """Axes of ``set_name`` with one same value on every group of every evaluation in ``evals`` (said in one
     line instead of a column or a panel), and that value."""
     out: dict[str, float] = {}
-    for axis in ordered_union(e.axes[set_name] for e in evals if set_name in e.summaries):
-        values = {constant_value(e.summaries[set_name].get(axis) or {}) for e in evals if set_name in e.summaries}
+    have = [e.sets[set_name] for e in evals if set_name in e.sets]
+    for axis in ordered_union(s.axes for s in have):
+        values = {constant_value(s.summaries[axis]) if axis in s.summaries else None for s in have}
         if len(values) == 1 and None not in values:
             out[axis] = values.pop()
     return out
@@ -94,9 +95,10 @@ def plot_steps(runs: Sequence[Run], set_name: str, colors: dict[str, str], path:
     runs = [r for r in runs if set_name in r.sets]
     if not runs:
         return None
-    constant = constant_axes([r.evaluation(int(h["step"])) for r in runs for h in r.history], set_name)
-    panels = ordered_union([a for a in h["sets"].get(set_name, {}) if a != INSTABILITY and a not in constant]
-                           for r in runs for h in r.history)
+    evaluations = {r.label: r.evaluations() for r in runs}
+    constant = constant_axes([ev for evs in evaluations.values() for ev in evs], set_name)
+    panels = ordered_union([a for a in ev.sets[set_name].axes if a not in constant]
+                           for evs in evaluations.values() for ev in evs if set_name in ev.sets)
     if any(r.series(set_name, INSTABILITY) for r in runs):
         panels.append(INSTABILITY)
     if any(r.series(set_name, ACCURACY) for r in runs):
@@ -108,17 +110,19 @@ def plot_steps(runs: Sequence[Run], set_name: str, colors: dict[str, str], path:
     fig = Figure(figsize=(4.4 * cols, 3.3 * math.ceil(len(panels) / cols) + 0.9), layout="constrained")
     for ax, axis in zip(_grid(fig, len(panels)), panels):
         for run in runs:
-            series = run.series(set_name, axis)
-            if not series:
+            # Every evaluation of the run, NaN where this one did not compute the axis (an evaluation without
+            # generation): the line breaks there instead of joining evaluations across a gap.
+            scores = [(int(ev.step or 0), ev.score(set_name, axis)) for ev in evaluations[run.label]]
+            if all(sc is None for _, sc in scores):
                 continue
-            xs = np.array([s for s, _ in series], dtype=float)
-            mean = np.array([_num(v.get("mean")) for _, v in series])
-            lo = np.array([_num(v.get("ci_low")) for _, v in series])
-            hi = np.array([_num(v.get("ci_high")) for _, v in series])
+            xs = np.array([st for st, _ in scores], dtype=float)
+            mean = np.array([math.nan if sc is None else sc.mean for _, sc in scores])
+            lo = np.array([math.nan if sc is None else sc.ci_low for _, sc in scores])
+            hi = np.array([math.nan if sc is None else sc.ci_high for _, sc in scores])
             color = colors[run.label]
             ax.plot(xs, mean, marker="o", markersize=3.5, color=color, label=run.label)
             if np.isfinite(lo).any():
-                if xs.size == 1:  # a band needs two points: show the one CI as an error bar
+                if np.isfinite(mean).sum() == 1:  # a band needs two points: show the one CI as an error bar
                     ax.errorbar(xs, mean, yerr=[mean - lo, hi - mean], color=color, capsize=4, alpha=0.6)
                 else:
                     ax.fill_between(xs, lo, hi, color=color, alpha=0.2, linewidth=0)
@@ -145,12 +149,12 @@ def _group_values(ev: Evaluation, set_name: str, axis: str) -> np.ndarray | None
 
 def plot_groups(evals: Sequence[Evaluation], set_name: str, colors: dict[str, str], path: Path) -> Path | None:
     """Per-group values of each axis of ``set_name`` at each run's last evaluation: a violin and the groups."""
-    evals = [e for e in evals if set_name in e.summaries and e.records(set_name) is not None]
+    evals = [e for e in evals if set_name in e.sets and e.sets[set_name].has_records]
     if not evals:
         return None
     constant = constant_axes(evals, set_name)
-    panels = [a for a in ordered_union(e.axes[set_name] for e in evals) if a not in constant]
-    if any(any(r.get(INSTABILITY) is not None for r in e.records(set_name) or []) for e in evals):
+    panels = [a for a in ordered_union(e.sets[set_name].axes for e in evals) if a not in constant]
+    if any(np.isfinite(e.sets[set_name].values(INSTABILITY)).any() for e in evals):
         panels.append(INSTABILITY)
     Figure = _figure_class()
     cols = min(3, len(panels))
@@ -185,15 +189,13 @@ def plot_groups(evals: Sequence[Evaluation], set_name: str, colors: dict[str, st
 
 def pooled_correlation(ev: Evaluation) -> relations.Correlation | None:
     """Spearman correlation of the axes over the per-group values of every set with records (pooled)."""
-    axes = ordered_union(ev.axes[s] for s in ev.sets)
+    axes = ordered_union(s.axes for s in ev.sets.values())
     pooled: dict[str, list[float]] = {a: [] for a in axes}
-    for s in ev.sets:
-        recs = ev.records(s)
-        if recs is None:
+    for s in ev.sets.values():
+        if not s.has_records:
             continue
         for a in axes:
-            values = ev.group_values(s, a) or {}
-            pooled[a].extend(values.get(r["id"], math.nan) for r in recs)
+            pooled[a].extend(s.values(a))
     if len(axes) < 2 or not pooled[axes[0]]:
         return None
     return relations.axis_correlation(pooled)

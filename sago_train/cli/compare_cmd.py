@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..analysis.formatting import fmt_num
 from ..errors import SagoInputError
+from ..functional.formatting import fmt_num
 from ..io import atomic_write_json
 
 

@@ -9,9 +9,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-#: How a flag's text becomes a field value, by the field's annotation (after ``from __future__ import
-#: annotations`` the annotation is a string).
-DEPRECATED = "Deprecated name of "
+from ..fields import deprecated_alias_of, help_text
+
 _INT_LIST = ("list[int]", "list[int] | None", "Optional[list[int]]")
 
 
@@ -37,14 +36,15 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, *,
     flags = flags or {}
     for f in dataclasses.fields(cls):
         meta = f.metadata
-        help_text = meta.get("help", "")
-        if help_text.startswith(DEPRECATED):  # metadata holds argparse keywords only (HfArgumentParser passes them on)
-            help_text = "deprecated: use --" + help_text[len(DEPRECATED):].rstrip(".").replace("_", "-")
+        alias_of = deprecated_alias_of(f)
+        text = help_text(f, cli=True)
+        if alias_of is not None:  # metadata holds argparse keywords only (HfArgumentParser passes them on)
+            text = "deprecated: use --" + alias_of.replace("_", "-")
         elif f.default is not dataclasses.MISSING and f.default is not None and not isinstance(f.default, bool):
-            help_text += f" (default {f.default})"
+            text += f" (default {f.default})"
         flag = flags.get(f.name, "--" + f.name.replace("_", "-"))
         kind = _kind(f.type)
-        kwargs: dict[str, Any] = {"dest": f.name, "help": help_text, "default": None}
+        kwargs: dict[str, Any] = {"dest": f.name, "help": text, "default": None}
         if kind == "bool":
             kwargs.update(action="store_true")
         elif kind == "str_list":

@@ -12,7 +12,7 @@ import torch
 from ..eval.config import SAGOConfig
 from ..io import check_output_dir, read_escapes
 from ..model.tiny import tiny_model_path
-from ..results.store import SUMMARY
+from ..results.layout import SUMMARY
 from .dataclass_args import add_dataclass_arguments, dataclass_options
 
 
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import distributed
     from ..analysis.display import print_result
     from ..eval.evaluator import SAGOEvaluator
-    from ..integrations.progress import SetProgress, stderr_is_terminal
+    from ..integrations.measure import SetProgress, stderr_is_terminal
     from .console import make_console
 
     sets = _sets_for(args.sets, args.model)

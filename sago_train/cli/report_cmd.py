@@ -34,7 +34,7 @@ def default_out(source: Any) -> Path:
     """Where a single directory's report goes when --out is not given: beside the results it reads."""
     if isinstance(source, Run):
         return source.sago_dir / "report"
-    if source.kind == "run" and source.records_dir is not None:  # RUN_DIR@STEP
+    if source.source == "run" and source.records_dir is not None:  # RUN_DIR@STEP
         return source.records_dir.parent / f"report-step-{source.step}"
     return Path(source.path) / "report"
 
@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape as esc
 
     from ..analysis.compare import load_sources
-    from ..analysis.formatting import fmt_num
     from ..analysis.report import is_significant, write_report
+    from ..functional.formatting import fmt_num
     from ..functional.stats import NOT_ENOUGH
     from .console import make_console
 

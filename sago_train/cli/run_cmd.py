@@ -11,7 +11,8 @@ import torch
 
 from ..errors import SagoInputError
 from ..io import acquire_run_lock, check_output_dir, release_run_lock
-from ..results.store import SAGO_DIR, claim_history, history_path
+from ..results.layout import SAGO_DIR, history_path
+from ..results.store import claim_history
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..integrations.callback import SAGOCallback
 from ..integrations.early_stopping import SAGOEarlyStoppingCallback
+from ..integrations.options import MonitorOptions
 from ..io import atomic_write_text, read_jsonl, validate_set_name
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from ..model.layers import num_decoder_layers, resolve_layers
@@ -244,10 +245,8 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
     if recipe.monitor.sets:
         sets = {name: _load_set(recipe, name, p) for name, p in recipe.monitor.sets.items()}
         try:
-            callbacks.append(SAGOCallback(sets, eval_steps=recipe.monitor.eval_steps, baseline=recipe.monitor.baseline,
-                                          overhead_budget=recipe.monitor.overhead_budget, overwrite=overwrite,
-                                          generation_every=recipe.monitor.generation_every,
-                                          log_level=recipe.monitor.log_level,
+            options = MonitorOptions(**{f.name: getattr(recipe.monitor, f.name) for f in dataclasses.fields(MonitorOptions)})
+            callbacks.append(SAGOCallback(sets, options, overwrite=overwrite or options.overwrite,
                                           config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",

@@ -9,12 +9,9 @@ checks turn that into a warning that names the likely cause.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from ..functional.text import normalize
-
-if TYPE_CHECKING:
-    from ..results.records import EvalResult, SetResult
+from ..results.evaluation import Evaluation, SetEvaluation
 
 #: Above this share of empty generations in a set, the set's generations are flagged.
 EMPTY_SHARE_LIMIT = 0.5
@@ -24,16 +21,16 @@ IDENTICAL_SHARE_LIMIT = 0.3
 MIN_GROUPS_FOR_IDENTICAL = 4
 
 
-def empty_share(s: SetResult) -> float | None:
+def empty_share(s: SetEvaluation) -> float | None:
     """Share of all generated outputs of a set that are empty after normalization (None without any)."""
-    outs = [y for g in s.groups for y in (g.outputs or [])]
+    outs = [y for g in s.groups or [] for y in (g.outputs or [])]
     return sum(not normalize(y) for y in outs) / len(outs) if outs else None
 
 
-def identical_share(s: SetResult) -> float | None:
+def identical_share(s: SetEvaluation) -> float | None:
     """Share of groups whose first variant's output (non-empty, normalized) equals the first output of
     another group with a different reference (groups sharing a reference may share an answer)."""
-    rows = [(normalize(g.outputs[0]), g.reference) for g in s.groups if g.outputs]
+    rows = [(normalize(g.outputs[0]), g.reference) for g in s.groups or [] if g.outputs]
     if len(rows) < MIN_GROUPS_FOR_IDENTICAL:
         return None
     by_output: dict[str, set] = {}
@@ -47,7 +44,7 @@ def identical_share(s: SetResult) -> float | None:
     return flagged / len(rows)
 
 
-def degenerate_warnings(result: EvalResult) -> list[str]:
+def degenerate_warnings(result: Evaluation) -> list[str]:
     """One line per degenerate set, naming the share and the likely causes."""
     cfg = result.config
     chat = (cfg.get("resolved") or {}).get("chat_template", cfg.get("chat_template"))

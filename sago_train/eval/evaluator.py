@@ -23,7 +23,9 @@ from ..limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
 from ..model.layers import num_decoder_layers, resolve_layers
 from ..model.loading import load_model_and_tokenizer
 from ..model.tokenize import context_length, encode_continuation, encode_variant, resolve_chat_template
-from ..results.records import EvalResult, GroupResult, SetResult
+from ..results.evaluation import Evaluation
+from ..results.group import GroupRecord, mean_instability
+from ..results.sets import SetEvaluation
 from ..threads import configure_torch_threads
 from .config import SAGOConfig
 from .degenerate import degenerate_warnings
@@ -101,26 +103,26 @@ class SAGOEvaluator:
     # ------------------------------------------------------------------ evaluation
     def evaluate(
         self, sets: SetsLike, *, progress: Callable[[int], None] | None = None, generation: bool = True
-    ) -> EvalResult:
+    ) -> Evaluation:
         """Evaluate every set; under ``torch.distributed`` groups are sharded across ranks and gathered, so
         every rank returns the same full result.
 
         ``generation=False`` (the Trainer callback's cheaper evaluations) runs no greedy decoding: only the axes
         of :meth:`set_axes` are computed, with values identical to a full evaluation's, and no accuracy; the
-        axes left out are listed per set in ``result.config["skipped_axes"]`` (absent from a complete one)."""
+        axes left out are each set's ``skipped_axes``, and such an evaluation has no ``instability`` (a mean over
+        fewer axes would not compare with a complete evaluation's)."""
         configure_torch_threads()
         resolved = resolve_sets(sets)
         results = {name: self._evaluate_set(vs, progress, generation) for name, vs in resolved.items()}
         config = self.config.to_dict()
         if not generation:  # a complete evaluation's config stays as it was
             config["generation"] = False
-            config["skipped_axes"] = {n: [a for a in self.config.axes if a not in r.axes] for n, r in results.items()}
         # What "auto" became, so that every output says how prompts were fed and answers matched.
         config["resolved"] = {
             "chat_template": self.chat_template,
             "correctness": {n: r.correctness.get("mode") for n, r in results.items() if r.correctness.get("n")},
         }
-        result = EvalResult(results, self.model_name, config, seed=self.config.seed)
+        result = Evaluation(results, model=self.model_name, config=config, seed=self.config.seed)
         result.warnings = degenerate_warnings(result)
         return result
 
@@ -138,7 +140,7 @@ class SAGOEvaluator:
             total += k * passes
         return total
 
-    def _evaluate_set(self, vs: VariantSet, progress: Callable[[int], None] | None, generation: bool) -> SetResult:
+    def _evaluate_set(self, vs: VariantSet, progress: Callable[[int], None] | None, generation: bool) -> SetEvaluation:
         cfg = self.config
         chosen = select_groups(vs, cfg.max_groups, cfg.seed)
         mine = [chosen[i] for i in distributed.shard_indices(len(chosen))]
@@ -174,16 +176,12 @@ class SAGOEvaluator:
                 if half_values:
                     g.halves[axis.name] = [axis.set_level.finalize(h, total).value for h in half_values]
         groups = [g for _, g, _ in gathered]
-        out = SetResult(
-            vs.name,
-            [a.name for a in axes],
-            groups,
-            vs.kinds,
-            skip_counts,
-            seed=cfg.seed,
-            n_bootstrap=cfg.n_bootstrap,
-            set_level=set_level,
-        )
+        for g in groups:  # the set-level axes' final values are in: the group's mean of the [0, 1] axes
+            g.instability = mean_instability(g.axes)
+        names = [a.name for a in axes]
+        out = SetEvaluation.from_groups(vs.name, names, groups, vs.kinds, skip_counts, seed=cfg.seed,
+                                        n_bootstrap=cfg.n_bootstrap, set_level=set_level,
+                                        skipped_axes=[a for a in cfg.axes if a not in names])
         if out.correctness.get("n"):
             out.correctness["mode"] = "+".join(sorted({self._match_mode(v) for g in vs.groups for v in g.variants}))
         return out
@@ -198,7 +196,7 @@ class SAGOEvaluator:
         need_generation: bool,
         progress: Callable[[int], None] | None,
         axes: list[Axis],
-    ) -> tuple[list[tuple[int, GroupResult, dict[str, Any]]], dict[str, int], dict[str, Any]]:
+    ) -> tuple[list[tuple[int, GroupRecord, dict[str, Any]]], dict[str, int], dict[str, Any]]:
         cfg = self.config
         needs = set().union(*(a.needs for a in axes))
         tok = self.tokenizer
@@ -299,7 +297,7 @@ class SAGOEvaluator:
                 if late and extra.mean_logprob is not None:
                     logprobs[late] = extra.mean_logprob
 
-        results: list[tuple[int, GroupResult, dict[str, Any]]] = []
+        results: list[tuple[int, GroupRecord, dict[str, Any]]] = []
         totals: dict[str, Any] = {}  # set-level axes: this rank's sum of the groups' partial statistics
         for (i, g, _), off, r in zip(groups, offsets, scored_refs):
             sl = slice(off, off + g.k)
@@ -336,7 +334,7 @@ class SAGOEvaluator:
             results.append(
                 (
                     i,
-                    GroupResult(
+                    GroupRecord(
                         id=g.id,
                         variants=g.variants,
                         kinds=g.kinds,

@@ -3,8 +3,7 @@
 (and the same keys in a ``--config`` YAML) with one entry in its parser's tuple.
 
 The fields are generated from the declarations that own them, with their help and their one default:
-:class:`~sago_train.integrations.options.MonitorOptions` and
-:class:`~sago_train.integrations.options.CallbackOptions` (``--sago_<name>``), :class:`~sago_train.SAGOConfig`
+:class:`~sago_train.integrations.options.MonitorOptions` (``--sago_<name>``), :class:`~sago_train.SAGOConfig`
 (``--sago_<name>``), :class:`~sago_train.integrations.options.EarlyStoppingOptions`
 (``--sago_early_stopping_<name>``) and :class:`~sago_train.StabilityConfig` (``--sago_stability_<name>``). The
 prefix keeps them apart from ``TrainingArguments`` / ``SFTConfig`` / ``ModelConfig`` / ``ScriptArguments`` fields
@@ -31,39 +30,27 @@ from ..data.groups import VariantSet
 from ..data.sources import sets_from_specs
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
+from ..fields import declared_fields, help_text
 from ..io import read_escapes
 from ..training.config import StabilityConfig
-from .options import CallbackOptions, EarlyStoppingOptions, MonitorOptions
+from .options import EarlyStoppingOptions, MonitorOptions
 
 #: Where each field comes from: (group, declaring dataclass, flag prefix). The group names the accessor.
 SOURCES: tuple[tuple[str, type, str], ...] = (
     ("monitor", MonitorOptions, "sago_"),
-    ("callback", CallbackOptions, "sago_"),
     ("eval", SAGOConfig, "sago_"),
     ("early_stopping", EarlyStoppingOptions, "sago_early_stopping_"),
     ("stability", StabilityConfig, "sago_stability_"),
 )
-#: Help text of a deprecated alias field: it gets no flag (a new interface starts without old names).
-_DEPRECATED = "Deprecated name of "
-#: Part of a help text that describes only the ``sago-train`` CLI's own flag (``--stop``), not these flags.
-_CLI_ONLY = " On the command line:"
 SETS_FIELD = "sago_sets"
 _SETS_HELP = ("Held-out variant sets to monitor: NAME=FILE (JSONL), a JSONL path, or a bundled collection ('tiny' "
               "for the shipped tiny model, 'real' for instruct models); several separated by spaces. Without it no "
               "SAGOCallback can be built.")
 
 
-def _source_fields(cls: type) -> Iterator[tuple[dataclasses.Field, Any]]:
-    """The fields of ``cls`` that become flags, with their resolved type (HfArgumentParser needs real types)."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.init and not f.metadata.get("help", "").startswith(_DEPRECATED):
-            yield f, hints[f.name]
-
-
 def _generated_field(f: dataclasses.Field) -> dataclasses.Field:
     # Only argparse keywords go into the metadata: HfArgumentParser passes it to add_argument as it is.
-    meta = {"help": f.metadata.get("help", "").split(_CLI_ONLY)[0]}
+    meta = {"help": help_text(f)}
     if "choices" in f.metadata:
         meta["choices"] = f.metadata["choices"]
     if f.default_factory is not dataclasses.MISSING:
@@ -73,7 +60,7 @@ def _generated_field(f: dataclasses.Field) -> dataclasses.Field:
 
 def flag_names() -> dict[str, dict[str, str]]:
     """``{group: {source field: flag field}}`` for every generated field."""
-    return {group: {f.name: prefix + f.name for f, _ in _source_fields(cls)} for group, cls, prefix in SOURCES}
+    return {group: {f.name: prefix + f.name for f, _ in declared_fields(cls)} for group, cls, prefix in SOURCES}
 
 
 @contextlib.contextmanager
@@ -106,10 +93,10 @@ class _SAGOArgumentsMethods:
         if getattr(self, SETS_FIELD):
             self._sets = self.variant_sets()
             names = flag_names()
-            with _errors_name_flags({**names["monitor"], **names["callback"], **names["eval"]}):
+            with _errors_name_flags({**names["monitor"], **names["eval"]}):
                 from .callback import SAGOCallback  # torch and transformers: only once sets are given
 
-                SAGOCallback(self._sets, **self._callback_options(), config=sago_config)
+                SAGOCallback(self._sets, self.monitor_options(), config=sago_config)
             if stopping is not None:
                 from .early_stopping import check_target, parse_metric
 
@@ -146,8 +133,11 @@ class _SAGOArgumentsMethods:
         with _errors_name_flags(flag_names()["stability"]):
             return StabilityConfig(**self._group("stability"))
 
-    def _callback_options(self) -> dict[str, Any]:
-        return {**self._group("monitor"), **self._group("callback")}
+    def monitor_options(self) -> MonitorOptions:
+        """The callback's options (``--sago_eval_steps``, ``--sago_generation_every``...) as
+        :class:`~sago_train.integrations.options.MonitorOptions`."""
+        with _errors_name_flags(flag_names()["monitor"]):
+            return MonitorOptions(**self._group("monitor"))
 
     def callback_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~sago_train.SAGOCallback` besides the sets: the monitor and callback
@@ -155,7 +145,7 @@ class _SAGOArgumentsMethods:
         in-training defaults apply to the others)."""
         defaults = SAGOConfig().to_dict()
         changed = {k: v for k, v in self.sago_config().to_dict().items() if v != defaults[k]}
-        return {**self._callback_options(), **changed}
+        return {**dataclasses.asdict(self.monitor_options()), **changed}
 
     def early_stopping_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~sago_train.SAGOEarlyStoppingCallback` (``--sago_early_stopping_*``)."""
@@ -181,7 +171,7 @@ def _make_arguments_class() -> type:
     ]
     seen = {SETS_FIELD}
     for _, cls, prefix in SOURCES:
-        for f, tp in _source_fields(cls):
+        for f, tp in declared_fields(cls):
             name = prefix + f.name
             if name in seen:  # two declarations under one flag: a bug here, not a user error
                 raise TypeError(f"SAGOArguments: two fields named {name}")

@@ -11,38 +11,15 @@ import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
-from ..errors import SagoInputError, did_you_mean, short_repr, unknown_name_error
+from ..errors import SagoInputError, did_you_mean, short_repr
 from ..functional import stats
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import Evaluation
+from .keys import parse_metric, parse_metric_or_none
 from .monitor import axis_verdict, is_improvement, is_untrained
 from .options import EarlyStoppingOptions
 
 logger = logging.getLogger(__name__)
-
-MODES = ("paired", "threshold")
-
-
-def parse_metric(metric: str) -> tuple[str, str]:
-    """``"sago/<set>/<axis>"`` (optionally prefixed ``eval_``) -> ``(set, axis)``."""
-    name = metric[len("eval_"):] if metric.startswith("eval_") else metric
-    parts = name.split("/")
-    if len(parts) != 3 or parts[0] != "sago" or not parts[1] or not parts[2]:
-        raise SagoInputError(
-            f"expected a metric of the form 'sago/<set>/<axis>', got {metric!r}",
-            key="metric",
-            hint="e.g. 'sago/paraphrase/activation'",
-        )
-    return parts[1], parts[2]
-
-
-def parse_metric_or_none(metric: str) -> tuple[str, str] | None:
-    """:func:`parse_metric`, or None for a metric that is not a SAGO one (e.g. ``eval_loss``)."""
-    try:
-        return parse_metric(metric)
-    except SagoInputError:
-        return None
-
 
 def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str], *,
                  not_in: str = "monitored") -> None:
@@ -93,18 +70,9 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         mode: str = EarlyStoppingOptions.mode,
         exclude_baseline: bool = EarlyStoppingOptions.exclude_baseline,
     ) -> None:
+        EarlyStoppingOptions(metric, patience, alpha, min_delta, mode, exclude_baseline)  # validates each value
         self.metric = metric
         self.set_name, self.axis = parse_metric(metric)
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise SagoInputError(f"expected a positive integer, got {patience!r}", key="patience")
-        if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
-            raise SagoInputError(f"expected a number in (0, 1), got {alpha!r}", key="alpha")
-        if not (isinstance(min_delta, (int, float)) and math.isfinite(min_delta) and min_delta >= 0):
-            raise SagoInputError(f"expected a finite number >= 0, got {min_delta!r}", key="min_delta")
-        if mode not in MODES:
-            raise unknown_name_error("early-stopping mode", mode, MODES, key="mode")
-        if not isinstance(exclude_baseline, bool):
-            raise SagoInputError(f"expected true or false, got {exclude_baseline!r}", key="exclude_baseline")
         self.patience = patience
         self.alpha = float(alpha)
         self.min_delta = float(min_delta)
@@ -234,10 +202,11 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         """Called by :class:`SAGOCallback` after each evaluation. An evaluation without the watched quantity (one
         without generation, see ``SAGOCallback(generation_every=...)``) does not count: no decision, the
         counter unchanged."""
-        skipped = (getattr(result, "config", None) or {}).get("skipped_axes") or {}
-        if self.axis not in evaluation.summaries.get(self.set_name, {}) and skipped.get(self.set_name):
+        watched = evaluation.sets.get(self.set_name)
+        if watched is not None and self.axis not in watched.quantities and watched.skipped_axes:
             return
-        check_target(self.set_name, self.axis, evaluation.sets, evaluation.summaries.get(self.set_name, {}))
+        check_target(self.set_name, self.axis, evaluation.sets, [] if watched is None else
+                     [*watched.quantities, *(["accuracy"] if watched.accuracy is not None else [])])
         by_id = evaluation.group_values(self.set_name, self.axis) or {}
         ids = list(by_id)
         current = np.array([by_id[i] for i in ids], float)

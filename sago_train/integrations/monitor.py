@@ -1,10 +1,13 @@
-"""What survives between evaluations during training: the run's history (through the results store), the
-baseline, the best evaluation so far per (set, axis), and the paired comparison (groups paired by id, judged by
-the one verdict rule :func:`sago_train.functional.stats.decide`) that the callback logs and early stopping
-decides on.
+"""What survives between evaluations during training: the run's SAGO history on disk (this run's alone: a lock
+and no other run's history replaced), the baseline, the best evaluation so far per (set, quantity), and the
+paired change of each evaluation against both (groups paired by id, judged by the one verdict rule
+:func:`sago_train.functional.stats.decide`), which the callback reports and early stopping decides on.
 
-Kept apart from the callback so that resume logic (what is on disk, what to drop, what to reload) is plain
-code that can be tested without a Trainer.
+Quantities compared: every axis, ``instability`` (when both evaluations have it), accuracy (the share of a
+group's variants answered right), ``accuracy_all`` (all of them right) and ``accuracy_worst_kind`` (the
+variant of the kind that is worst now), and ``between_dispersion`` (to tell a collapse from stability). Kept
+apart from the callback so that resume logic (what is on disk, what to drop, what to reload) is plain code that
+is tested without a Trainer.
 """
 
 from __future__ import annotations
@@ -15,18 +18,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import distributed
+from ..errors import SagoInputError
 from ..functional import stats
+from ..functional.axes import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
 from ..functional.axes.registry import higher_is_better
+from ..io import acquire_run_lock, release_run_lock
 from ..results import store
 from ..results.evaluation import Evaluation
-from ..results.records import EvalResult
+from ..results.layout import history_path, step_dir
+
+#: Correctness quantities compared beside the axes (higher is better).
+ACCURACIES = (ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND)
 
 
-def is_improvement(axis: str, mean: float, best_mean: float | None) -> bool:
-    """Whether ``mean`` beats ``best_mean`` on ``axis`` (its direction from the axis registry)."""
+def is_improvement(quantity: str, mean: float, best_mean: float | None) -> bool:
+    """Whether ``mean`` beats ``best_mean`` on ``quantity`` (its direction from the axis registry)."""
     if best_mean is None:
         return True
-    return mean > best_mean if higher_is_better(axis) else mean < best_mean
+    return mean > best_mean if higher_is_better(quantity) else mean < best_mean
 
 
 def is_untrained(step: int | None) -> bool:
@@ -35,40 +45,92 @@ def is_untrained(step: int | None) -> bool:
     return step == 0
 
 
-def axis_verdict(axis: str, reference: Mapping[str, float], current: Mapping[str, float], *,
+def quantities(ev: Evaluation, set_name: str) -> list[str]:
+    """What ``set_name`` of ``ev`` can be compared on: its axes, ``instability`` when recorded, the accuracy
+    quantities when it has correctness, ``between_dispersion`` with ``activation_rel``."""
+    s = ev.sets[set_name]
+    out = list(s.quantities)
+    if s.accuracy is not None:
+        out += [ACCURACY, ACCURACY_ALL] + ([ACCURACY_WORST_KIND] if s.worst_kind is not None else [])
+    if "activation_rel" in s.set_level:
+        out.append(BETWEEN)
+    return out
+
+
+def axis_verdict(quantity: str, reference: Mapping[str, float], current: Mapping[str, float], *,
                  alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
-    """``current`` against ``reference`` on ``axis`` (``{group id: value}``, paired by id), judged by the one
-    verdict rule (:func:`~sago_train.functional.stats.paired_verdict_by_id`) in the axis registry's direction:
-    ``mean_diff`` = mean of (current - reference); ``p_worse`` is the one-sided Wilcoxon test that ``current`` is
-    worse ("greater" for an instability, "less" for a higher-is-better quantity). None when no group is shared."""
-    return stats.paired_verdict_by_id(reference, current, higher_is_better=higher_is_better(axis), alpha=alpha,
+    """``current`` against ``reference`` (``{group id: value}``, paired by id) by the one verdict rule
+    (:func:`~sago_train.functional.stats.paired_verdict_by_id`) in the axis registry's direction: ``mean_diff`` =
+    mean of (current - reference); ``p_worse`` is the one-sided Wilcoxon test that ``current`` is worse. None
+    when no group is shared."""
+    return stats.paired_verdict_by_id(reference, current, higher_is_better=higher_is_better(quantity), alpha=alpha,
                                       min_delta=min_delta, seed=seed)
 
 
+def paired_change(reference: Evaluation, current: Evaluation, set_name: str, quantity: str, *,
+                  alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
+    """:func:`axis_verdict` of one set and quantity of two evaluations; ``accuracy_worst_kind`` reads the kind
+    that is worst in ``current`` in both. None without records of both or a shared group."""
+    kind = current.sets[set_name].worst_kind if quantity == ACCURACY_WORST_KIND else None
+    ref_set = reference.sets.get(set_name)
+    before = None if ref_set is None else ref_set.group_values(quantity, worst_kind=kind)
+    after = current.sets[set_name].group_values(quantity, worst_kind=kind)
+    if before is None or after is None:
+        return None
+    return axis_verdict(quantity, before, after, alpha=alpha, min_delta=min_delta, seed=seed)
+
+
 def change_entry(verdict: stats.Verdict, step: int | None) -> dict[str, Any]:
-    """The ``_vs_baseline`` / ``_vs_best`` entry of ``history.jsonl``: ``p_value`` is the one-sided test of a
-    regression (``p_worse``; the key predates the rule), ``verdict`` the rule's word."""
-    return {"mean_diff": verdict.mean_diff, "ci_low": verdict.ci_low, "ci_high": verdict.ci_high,
-            "p_value": verdict.p_worse, "p_better": verdict.p_better, "n": verdict.n, "verdict": verdict.verdict,
-            "step": step}
+    """The ``vs_baseline`` / ``vs_best`` entry of a ``history.jsonl`` line: ``p_value`` is the one-sided test of
+    a regression (``p_worse``; the key predates the rule), ``verdict`` the rule's word."""
+    return stats.to_jsonable({"mean_diff": verdict.mean_diff, "ci_low": verdict.ci_low, "ci_high": verdict.ci_high,
+                              "p_value": verdict.p_worse, "p_better": verdict.p_better, "n": verdict.n,
+                              "verdict": verdict.verdict, "step": step})
 
 
 @dataclass
 class MonitorState:
-    """The evaluations of one training run, mirrored on disk under ``<output_dir>/sago`` by the results store."""
+    """The evaluations of one training run, mirrored on disk under ``<output_dir>/sago``."""
 
     root: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     baseline: Evaluation | None = None
     best: dict[tuple[str, str], Evaluation] = field(default_factory=dict)
+    last: Evaluation | None = None
     skipped_lines: int = 0  # corrupt history lines skipped at the last load
+    _lock: Path | None = None
 
     @property
     def history_path(self) -> Path:
-        return store.history_path(self.root)
+        return history_path(self.root)
 
     def step_dir(self, step: int) -> Path:
-        return store.step_dir(self.root, step)
+        return step_dir(self.root, step)
+
+    # ------------------------------------------------------------------ the run directory
+    def claim(self, *, resumed: bool, overwrite: bool) -> None:
+        """Hold the run directory (one process at a time) and refuse to replace another run's history. Rank 0
+        decides and every rank raises the same error, so none waits in a collective for a rank that stopped."""
+        error = None
+        if distributed.is_main_process():
+            try:
+                if self._lock is None:
+                    self._lock = acquire_run_lock(self.root)
+                store.claim_history(self.root, resuming=resumed, overwrite=overwrite)
+            except SagoInputError as err:
+                error = str(err)
+            except OSError as err:  # e.g. an output_dir that cannot be created
+                error = f"cannot use {self.root} for the SAGO history: {err.strerror or err}"
+        error = distributed.broadcast_object(error)
+        if error is not None:
+            self.release()
+            raise SagoInputError(error)
+
+    def release(self) -> None:
+        """Give the run directory back (the lock file is removed)."""
+        if self._lock is not None:
+            release_run_lock(self._lock.parent)
+            self._lock = None
 
     # ------------------------------------------------------------------ resume
     def load(self, resume_step: int | None, *, write: bool = True) -> None:
@@ -76,7 +138,7 @@ class MonitorState:
         up to the checkpoint's step and drops later ones, which the resumed run will redo (so none is
         duplicated). A corrupt history line is logged (file and line) and skipped, and counted in
         ``skipped_lines``; the rewritten history drops it (see :mod:`~sago_train.results.store`)."""
-        self.history, self.baseline, self.best, self.skipped_lines = [], None, {}, 0
+        self.history, self.baseline, self.best, self.last, self.skipped_lines = [], None, {}, None, 0
         if resume_step is None or not self.history_path.exists():
             return
         run = store.Run.read(self.root.parent, self.root, self.root.name, allow_empty=True)
@@ -86,53 +148,54 @@ class MonitorState:
             store.write_history(self.root, self.history)
         for entry in self.history:
             ev = run.evaluation(int(entry["step"]))
-            if all(ev.records_path(name) is not None and ev.records_path(name).is_file() for name in ev.sets):
+            if all(s.has_records for s in ev.sets.values()):
                 self.observe(ev)
 
-    # ------------------------------------------------------------------ updates
-    def compare(self, ev: Evaluation, alpha_seed: int = 0) -> dict[str, dict[str, dict[str, Any]]]:
-        """Paired change of ``ev`` against the baseline and the best evaluation so far, per set and axis (see
-        :func:`change_entry`); for an instability ``mean_diff > 0`` means *less* stable. ``alpha_seed`` seeds the
-        bootstrap."""
+    # ------------------------------------------------------------------ one evaluation
+    def compare(self, ev: Evaluation, seed: int = 0) -> dict[str, dict[str, dict[str, Any]]]:
+        """Paired change of ``ev`` against the baseline and the best evaluation so far, per set and quantity
+        (see :func:`change_entry`); for an instability ``mean_diff > 0`` means *less* stable."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for name in ev.sets:
-            for axis in ev.summaries[name]:
-                current = ev.group_values(name, axis)
-                if current is None:
-                    continue
+            for quantity in quantities(ev, name):
                 entry: dict[str, Any] = {}
-                for label, ref in (("vs_baseline", self.baseline), ("vs_best", self.best.get((name, axis)))):
-                    if ref is None or ref.step == ev.step:
+                best = self.best.get((name, quantity))
+                for label, ref in (("vs_baseline", self.baseline), ("vs_best", best)):
+                    if ref is None or ref.step == ev.step or name not in ref.sets:
                         continue
-                    res = axis_verdict(axis, ref.group_values(name, axis) or {}, current, seed=alpha_seed)
-                    if res is not None:
-                        entry[label] = stats.to_jsonable(change_entry(res, ref.step))
+                    verdict = paired_change(ref, ev, name, quantity, seed=seed)
+                    if verdict is not None and verdict.n:
+                        entry[label] = change_entry(verdict, ref.step)
                 if entry:
-                    out.setdefault(name, {})[axis] = entry
+                    out.setdefault(name, {})[quantity] = entry
         return out
 
     def observe(self, ev: Evaluation) -> None:
-        """Update the baseline (the first evaluation) and the per-(set, axis) best (by mean, as the Trainer picks
-        its best checkpoint; never the untrained step 0, see :func:`is_untrained`)."""
+        """Update the baseline (the first evaluation), the last one and the per-(set, quantity) best (by mean,
+        as the Trainer picks its best checkpoint; never the untrained step 0, see :func:`is_untrained`). Group
+        records are kept without their variants and outputs."""
+        ev = ev.slim()
         if self.baseline is None:
             self.baseline = ev
+        self.last = ev
         if is_untrained(ev.step):
             return
         for name in ev.sets:
-            for axis in ev.summaries[name]:
-                mean = ev.mean(name, axis)
+            for quantity in quantities(ev, name):
+                mean = ev.mean(name, quantity) if quantity != BETWEEN else math.nan  # compared, never ranked
                 if not math.isfinite(mean):
                     continue
-                cur = self.best.get((name, axis))
-                if is_improvement(axis, mean, None if cur is None else cur.mean(name, axis)):
-                    self.best[(name, axis)] = ev
+                cur = self.best.get((name, quantity))
+                if is_improvement(quantity, mean, None if cur is None else cur.mean(name, quantity)):
+                    self.best[(name, quantity)] = ev
 
-    def record(self, step: int, result: EvalResult, entry: dict[str, Any]) -> None:
+    def record(self, ev: Evaluation, line: dict[str, Any]) -> None:
         """Write an evaluation: its group records first (a history line never points at records that are not
         on disk), then its history line (replacing any earlier line of the same step)."""
-        for name in result.sets:
-            store.write_group_records(self.step_dir(step), name, result.group_records(name))
-        self.history = [h for h in self.history if int(h["step"]) != int(entry["step"])] + [entry]
+        step = int(ev.step or 0)
+        for name, s in ev.sets.items():
+            store.write_group_records(self.step_dir(step), name, s.groups or [])
+        self.history = [h for h in self.history if int(h["step"]) != step] + [line]
         store.write_history(self.root, self.history)
 
     def steps(self) -> list[int]:

@@ -1,19 +1,35 @@
-"""The options of the Trainer callbacks, declared once (a field, its help and its one default): read by
-:class:`~sago_train.SAGOCallback` and :class:`~sago_train.SAGOEarlyStoppingCallback` for their defaults and by
-the recipe's ``monitor`` and ``early_stopping`` sections, which are these dataclasses. No torch or transformers
-import here, so the CLI starts fast."""
+"""The options of the Trainer callbacks, each declared once (a field, its help and its one default), as TRL
+declares ``SFTConfig``: :class:`MonitorOptions` is what :class:`~sago_train.SAGOCallback` takes (its keyword
+arguments map onto these fields), the recipe's ``monitor`` section and the ``--sago_<option>`` flags;
+:class:`EarlyStoppingOptions` the same for :class:`~sago_train.SAGOEarlyStoppingCallback`. Each checks its
+values on construction (an error names the field). No torch or transformers import here, so the CLI starts
+fast."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..errors import SagoInputError
+from ..errors import SagoInputError, unknown_name_error
+
+LOG_LEVELS = ("default", "full")
+
+
+def _positive_int(value: Any, key: str, hint: str | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SagoInputError(f"expected a positive integer, got {value!r}", key=key, hint=hint)
 
 
 @dataclass
 class MonitorOptions:
-    """When :class:`~sago_train.SAGOCallback` evaluates."""
+    """When and how :class:`~sago_train.SAGOCallback` evaluates, and what it does around its evaluations.
+
+    Example:
+        >>> MonitorOptions(eval_steps=100).generation_every
+        4
+    """
 
     eval_steps: int | None = field(default=None, metadata={"help": "Evaluate every N optimizer steps. Default: "
                                    "whenever the Trainer evaluates, else an automatic cadence within overhead_budget."})
@@ -34,50 +50,6 @@ class MonitorOptions:
                            "accuracy, plus the overall instability and the runtime; CI bounds, p-values, "
                            "_vs_baseline/_vs_best and set-level figures go only to history.jsonl and the W&B summary "
                            "and tables. full: every number in the log too."})
-
-
-LOG_LEVELS = ("default", "full")
-
-
-def check_monitor_options(*, eval_steps: object, generation_every: object, overhead_budget: object,
-                          log_level: object) -> None:
-    """Refuse a :class:`MonitorOptions` value of the wrong kind or range (SagoInputError naming the key)."""
-    if isinstance(generation_every, bool) or not isinstance(generation_every, int) or generation_every < 1:
-        raise SagoInputError(f"expected a positive integer, got {generation_every!r}", key="generation_every",
-                             hint="1 computes every axis at every evaluation")
-    if eval_steps is not None and (not isinstance(eval_steps, int) or eval_steps < 1):
-        raise SagoInputError(f"expected a positive integer, got {eval_steps!r}", key="eval_steps")
-    if not (isinstance(overhead_budget, (int, float)) and overhead_budget > 0 and math.isfinite(overhead_budget)):
-        raise SagoInputError(f"expected a positive number, got {overhead_budget!r}", key="overhead_budget")
-    if log_level not in LOG_LEVELS:
-        raise SagoInputError(f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
-
-
-@dataclass
-class EarlyStoppingOptions:
-    """When :class:`~sago_train.SAGOEarlyStoppingCallback` stops training."""
-
-    metric: str = field(default="", metadata={"help": "sago/<set>/<axis> to watch."})
-    patience: int = field(default=3, metadata={"help": "Worse evaluations in a row before stopping."})
-    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired verdict: the one-sided "
-                         "Wilcoxon p must be below it and the 1 - alpha paired-bootstrap CI must exclude 0."})
-    min_delta: float = field(default=0.0, metadata={"help": "Smallest change in the worse direction that counts."})
-    mode: str = field(default="paired", metadata={"help": "paired (worse than the best evaluation by the one "
-                                                          "verdict rule of report and compare: one-sided Wilcoxon "
-                                                          "p < alpha and the 1 - alpha paired-bootstrap CI above 0 "
-                                                          "on the worse side, per group) or threshold (means only)."})
-    exclude_baseline: bool = field(default=True, metadata={"help": "Never take the step-0 evaluation (the baseline, "
-                                   "before training) as the best: it has no checkpoint to go back to. With "
-                                   "load_best_model_at_end and metric_for_best_model naming the watched metric, the "
-                                   "best is always the Trainer's best checkpoint."})
-
-
-@dataclass
-class CallbackOptions:
-    """How :class:`~sago_train.SAGOCallback` behaves around its evaluations: its defaults, and flags of
-    :class:`~sago_train.SAGOArguments`. Not a recipe section (``sago-train run`` sets ``overwrite`` from its own
-    flag)."""
-
     evaluate_at_end: bool = field(default=True, metadata={"help": "Evaluate at the last training step (the final "
                                   "evaluation), whatever the cadence."})
     log_unstable_groups: int = field(default=10, metadata={"help": "Rows of the W&B table of the most unstable "
@@ -90,3 +62,80 @@ class CallbackOptions:
     guard_reporters: bool = field(default=False, metadata={"help": "Wrap the Trainer's reporting integrations so that "
                                   "one that fails (a W&B that cannot start) is logged and switched off instead of "
                                   "stopping training."})
+
+    def __post_init__(self) -> None:
+        _positive_int(self.generation_every, "generation_every", "1 computes every axis at every evaluation")
+        if self.eval_steps is not None:
+            _positive_int(self.eval_steps, "eval_steps")
+        budget = self.overhead_budget
+        if isinstance(budget, bool) or not (isinstance(budget, (int, float)) and budget > 0 and math.isfinite(budget)):
+            raise SagoInputError(f"expected a positive number, got {budget!r}", key="overhead_budget")
+        if self.log_level not in LOG_LEVELS:
+            raise SagoInputError(f"expected one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}", key="log_level")
+        if isinstance(self.log_unstable_groups, bool) or not isinstance(self.log_unstable_groups, int) \
+                or self.log_unstable_groups < 0:
+            raise SagoInputError(f"expected an integer >= 0, got {self.log_unstable_groups!r}",
+                                 key="log_unstable_groups")
+        for name in ("baseline", "evaluate_at_end", "raise_on_error", "overwrite", "guard_reporters"):
+            if not isinstance(getattr(self, name), bool):
+                raise SagoInputError(f"expected true or false, got {getattr(self, name)!r}", key=name)
+
+
+MODES = ("paired", "threshold")
+
+
+@dataclass
+class EarlyStoppingOptions:
+    """When :class:`~sago_train.SAGOEarlyStoppingCallback` stops training.
+
+    Example:
+        >>> EarlyStoppingOptions("sago/paraphrase/activation_rel").patience
+        3
+    """
+
+    metric: str = field(default="", metadata={"help": "sago/<set>/<axis> to watch."})
+    patience: int = field(default=3, metadata={"help": "Worse evaluations in a row before stopping."})
+    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired verdict: the one-sided "
+                         "Wilcoxon p must be below it and the 1 - alpha paired-bootstrap CI must exclude 0."})
+    min_delta: float = field(default=0.0, metadata={"help": "Smallest change in the worse direction that counts."})
+    mode: str = field(default="paired", metadata={"help": "paired (worse than the best evaluation by the one "
+                                                          "verdict rule of report and compare: one-sided Wilcoxon "
+                                                          "p < alpha and the 1 - alpha paired-bootstrap CI above 0 "
+                                                          "on the worse side, per group) or threshold (means only).",
+                                                  "choices": MODES})
+    exclude_baseline: bool = field(default=True, metadata={"help": "Never take the step-0 evaluation (the baseline, "
+                                   "before training) as the best: it has no checkpoint to go back to. With "
+                                   "load_best_model_at_end and metric_for_best_model naming the watched metric, the "
+                                   "best is always the Trainer's best checkpoint."})
+
+    def __post_init__(self) -> None:
+        _positive_int(self.patience, "patience")
+        if isinstance(self.alpha, bool) or not (isinstance(self.alpha, (int, float)) and 0 < self.alpha < 1):
+            raise SagoInputError(f"expected a number in (0, 1), got {self.alpha!r}", key="alpha")
+        delta = self.min_delta
+        if isinstance(delta, bool) or not (isinstance(delta, (int, float)) and math.isfinite(delta) and delta >= 0):
+            raise SagoInputError(f"expected a finite number >= 0, got {delta!r}", key="min_delta")
+        if self.mode not in MODES:
+            raise unknown_name_error("early-stopping mode", self.mode, MODES, key="mode")
+        if not isinstance(self.exclude_baseline, bool):
+            raise SagoInputError(f"expected true or false, got {self.exclude_baseline!r}", key="exclude_baseline")
+
+
+def options_from_kwargs(cls: type, base: Any, kwargs: dict[str, Any], *, also: tuple[str, ...] = ()) -> tuple[Any, dict]:
+    """``base`` (an instance of the options dataclass ``cls``, or None for its defaults) with the ``kwargs`` that
+    name its fields applied; returns it and the remaining kwargs. A name that is neither a field of ``cls`` nor in
+    ``also`` (the fields of another options object the caller takes) is an error with the closest valid name.
+
+    Example:
+        >>> opts, rest = options_from_kwargs(MonitorOptions, None, {"eval_steps": 5, "axes": "activation"},
+        ...                                  also=("axes",))
+        >>> opts.eval_steps, rest
+        (5, {'axes': 'activation'})
+    """
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in kwargs if k not in names and k not in also]
+    if unknown:
+        raise unknown_name_error("option", unknown[0], [*names, *also], key=unknown[0])
+    own = {k: v for k, v in kwargs.items() if k in names}
+    rest = {k: v for k, v in kwargs.items() if k not in names}
+    return (dataclasses.replace(base, **own) if base is not None else cls(**own)), rest

@@ -1,216 +1,289 @@
-"""The record of one SAGO evaluation, the same type in memory and on disk (:class:`Evaluation`), and a
-recorded training run (:class:`Run`).
-
-An :class:`Evaluation` holds per-set summaries (``summaries[set][axis]`` = ``{"mean", "ci_low", "ci_high",
-"n"}``), correctness summaries, and per-group records (``id``, ``axes``, ``instability``, ...) either in
-memory (:meth:`Evaluation.from_result`, during training) or read lazily from ``<set>.jsonl`` files (an eval
-directory, or a run's ``step-<N>`` folder; see :mod:`sago_train.results.store`). Callback, monitor, early
-stopping, compare and report all read evaluations through it. Plain JSON, no torch.
-"""
+"""The one record of a SAGO evaluation of one model (:class:`Evaluation`), the same type whether it comes from
+:meth:`SAGOEvaluator.evaluate <sago_train.SAGOEvaluator.evaluate>`, from a training run's evaluation at one
+step, or from disk, and its two documents: ``summary.json`` (an evaluation directory, with one ``<set>.jsonl``
+of group records per set) and a ``history.jsonl`` line (one evaluation of a training run), each written and
+read here side by side. Paths are spelled in :mod:`~sago_train.results.layout`; a run's history file in
+:mod:`~sago_train.results.store`. Plain JSON and numpy, no torch."""
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from ..errors import SagoInputError, type_name
-from ..io import read_jsonl
+from ..functional import findings, relations, stats
+from ..functional.stats import Summary
+from ..io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..version import __version__
+from .group import ACCURACY, BETWEEN, INSTABILITY, GroupRecord, is_number, to_float
+from .layout import SUMMARY, records_path
+from .sets import SetEvaluation, _mean_summary
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .records import EvalResult
-
-INSTABILITY = "instability"  # the per-group mean of the axes (a convenience scalar, ranked like an axis)
-ACCURACY = "accuracy"  # from the correctness summary; higher is better, never folded into stability
-# Per group: its mean cosine distance to the other groups' variants (recorded with activation_rel). Not an
-# instability: lower means representations pulled together (a collapse), so it is compared, never ranked.
-BETWEEN = "between_dispersion"
-#: What a group record keeps in memory: enough for paired comparisons, not the variants and outputs.
-_SLIM_KEYS = ("id", "axes", INSTABILITY, "correct", "extra")
+__all__ = ["ACCURACY", "BETWEEN", "INSTABILITY", "Evaluation", "GroupRecord", "SetEvaluation", "ordered_union",
+           "read_group_records"]
 
 
-def is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def ordered_union(lists: Iterable[Iterable[str]]) -> list[str]:
+    """The names of several lists, each once, in first-seen order.
+
+    Example:
+        >>> ordered_union([["a", "b"], ["c", "a"]])
+        ['a', 'b', 'c']
+    """
+    return list(dict.fromkeys(n for names in lists for n in names))
 
 
-def to_float(x: Any) -> float:
-    """JSON number or null (NaN written as null by ``to_jsonable``) -> float, NaN for null."""
-    return float(x) if is_number(x) else math.nan
+def read_group_records(path: Path) -> list[GroupRecord]:
+    """The group records of one ``<set>.jsonl`` (validated, with file:line errors; a repeated id is refused,
+    since paired comparisons match groups by id)."""
+    out: list[GroupRecord] = []
+    seen: dict[str, int] = {}
+    for lineno, rec in read_jsonl(path, what="group records"):
+        group = GroupRecord.from_dict(rec, source=str(path), line=lineno)
+        if group.id in seen:
+            raise SagoInputError(f"duplicate id '{group.id}' (first on line {seen[group.id]})", source=str(path),
+                                 line=lineno, key="id")
+        seen[group.id] = lineno
+        out.append(group)
+    return out
 
 
-def check_summaries(value: Any, *, source: str, line: int | None, where: str) -> dict[str, dict[str, Any]]:
-    """Validate ``{axis: {"mean", "ci_low", "ci_high", "n"}}`` (numbers or null) and return it."""
-    if not isinstance(value, dict):
-        raise SagoInputError(f"expected an object of axis -> summary, got {type_name(value)}", source=source,
-                             line=line, key=where)
-    for axis, summary in value.items():
-        if not isinstance(summary, dict) or "mean" not in summary:
-            raise SagoInputError(f"expected an object with 'mean', 'ci_low', 'ci_high', 'n', got {summary!r}",
-                                 source=source, line=line, key=f"{where}.{axis}")
-        for k in ("mean", "ci_low", "ci_high"):
-            if summary.get(k) is not None and not is_number(summary[k]):
-                raise SagoInputError(f"expected a number or null, got {summary[k]!r}", source=source, line=line,
-                                     key=f"{where}.{axis}.{k}")
-    return value
+def records_loader(directory: Path, set_name: str) -> Any:
+    """A loader of ``<directory>/<set>.jsonl`` for :class:`SetEvaluation` (None when the file is not there)."""
+    def load() -> list[GroupRecord] | None:
+        try:
+            path = records_path(directory, set_name)
+        except SagoInputError:  # a set name that is no file name has no records file
+            return None
+        return read_group_records(path) if path.is_file() else None
+    return load
 
 
 @dataclass
 class Evaluation:
-    """One SAGO evaluation of one model (an eval directory, or one step of a run).
+    """One SAGO evaluation of one model on one or more variant sets.
 
-    ``summaries[set][axis]`` is ``{"mean", "ci_low", "ci_high", "n"}`` and includes ``"instability"`` when
-    recorded; ``axes[set]`` lists the axes proper (without ``instability``); ``correctness[set]`` is the
-    correctness summary (``accuracy``, ``n``, ...) or ``{}``. Per-group records are read lazily from
-    ``records_dir/<set>.jsonl``.
+    ``sets[name]`` is a :class:`SetEvaluation` (summaries with CIs, instability, correctness, group records);
+    ``step`` / ``epoch`` are set for an evaluation during training; ``label`` and ``path`` name it when it was
+    read from disk (``source``: ``"eval"`` for an evaluation directory or an in-memory evaluation, ``"run"`` for
+    a training run's evaluation at one step).
+
+    Example:
+        >>> ev = Evaluation.from_records(3, {"s": [{"id": "g0", "axes": {"activation": 0.2}},
+        ...                                         {"id": "g1", "axes": {"activation": 0.4}}]})
+        >>> round(ev.mean("s", "activation"), 6), ev.group_values("s", "activation")
+        (0.3, {'g0': 0.2, 'g1': 0.4})
     """
 
-    label: str
-    path: Path
-    kind: str  # "eval" or "run"
-    step: int | None
-    summaries: dict[str, dict[str, dict[str, Any]]]
-    correctness: dict[str, dict[str, Any]]
-    records_dir: Path | None
-    model: str | None = None
+    sets: dict[str, SetEvaluation]
+    model: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seed: int = 0
+    step: int | None = None
     epoch: float | None = None
-    _records: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict, repr=False)
+    label: str = ""
+    path: Path | None = None
+    source: str = "eval"
+    records_dir: Path | None = None  # where the group records were read from (None: in memory)
+
+    # ------------------------------------------------------------------ per set
+    def score(self, set_name: str, name: str) -> Summary | None:
+        """``name`` (an axis, ``instability`` or ``accuracy``) on ``set_name``, or None."""
+        s = self.sets.get(set_name)
+        return None if s is None else s.score(name)
+
+    def mean(self, set_name: str, name: str) -> float:
+        """The mean of :meth:`score` (NaN when not recorded or undefined)."""
+        s = self.sets.get(set_name)
+        return math.nan if s is None else s.mean(name)
+
+    def group_values(self, set_name: str, name: str) -> dict[str, float] | None:
+        """``{group id: value}`` of ``name`` on ``set_name`` (NaN where undefined), or None without records."""
+        s = self.sets.get(set_name)
+        return None if s is None else s.group_values(name)
+
+    def groups(self, set_name: str) -> list[GroupRecord] | None:
+        """The group records of a set, or None when there are none."""
+        s = self.sets.get(set_name)
+        return None if s is None else s.groups
 
     @property
-    def sets(self) -> list[str]:
-        return list(self.summaries)
+    def skipped_axes(self) -> dict[str, list[str]]:
+        """Per set, the axes this evaluation left out (empty for a complete evaluation)."""
+        return {n: list(s.skipped_axes) for n, s in self.sets.items() if s.skipped_axes}
 
     @property
-    def axes(self) -> dict[str, list[str]]:
-        return {s: [a for a in per_axis if a != INSTABILITY] for s, per_axis in self.summaries.items()}
+    def partial(self) -> bool:
+        """Whether this evaluation left axes out (``SAGOCallback(generation_every=...)``): it has no
+        ``instability``, whose mean over fewer axes would not compare with a complete evaluation's."""
+        return bool(self.skipped_axes)
 
-    def score(self, set_name: str, axis: str) -> dict[str, Any] | None:
-        """``{"mean", "ci_low", "ci_high", "n"}`` of ``axis`` on ``set_name`` (``accuracy``: its CI over groups when recorded), or None."""
-        if axis == ACCURACY:
-            acc = self.correctness.get(set_name) or {}
-            if not is_number(acc.get("accuracy")):
-                return None
-            return {"mean": float(acc["accuracy"]), "ci_low": acc.get("accuracy_ci_low"),
-                    "ci_high": acc.get("accuracy_ci_high"), "n": acc.get("n")}
-        summary = self.summaries.get(set_name, {}).get(axis)
-        if summary is None or not math.isfinite(to_float(summary.get("mean"))):
+    # ------------------------------------------------------------------ across sets
+    def overall_instability(self) -> Summary | None:
+        """``instability`` over the groups of every set (None when axes were left out)."""
+        if self.partial or not self.sets:
             return None
-        return summary
+        values = np.concatenate([s.values(INSTABILITY) for s in self.sets.values()])
+        return stats.bootstrap_ci(values, n_resamples=self._n_bootstrap, seed=self.seed)
 
-    def records_path(self, set_name: str) -> Path | None:
-        return None if self.records_dir is None else self.records_dir / f"{set_name}.jsonl"
+    @property
+    def _n_bootstrap(self) -> int:
+        return next(iter(self.sets.values())).n_bootstrap if self.sets else 2000
 
-    def records(self, set_name: str) -> list[dict[str, Any]] | None:
-        """Per-group records of a set (validated; cached), or None when the file is not there."""
-        if set_name not in self._records:
-            path = self.records_path(set_name)
-            self._records[set_name] = read_group_records(path) if path is not None and path.is_file() else None
-        return self._records[set_name]
+    def axis_correlation(self) -> relations.Correlation:
+        """Spearman correlation of per-group axis values over the groups of every set (pooled: descriptive only;
+        the finding "axes are distinct" is tested per set by :meth:`axis_relations`)."""
+        axes = ordered_union(s.axes for s in self.sets.values())
+        with_records = [s for s in self.sets.values() if s.has_records]
+        return relations.axis_correlation({a: np.concatenate([s.values(a) for s in with_records]) if with_records
+                                           else np.array([]) for a in axes})
 
-    def group_values(self, set_name: str, axis: str) -> dict[str, float] | None:
-        """Per-group values of ``axis`` keyed by group id (NaN where undefined), or None without records."""
-        recs = self.records(set_name)
-        if recs is None:
-            return None
-        if axis == INSTABILITY:
-            return {r["id"]: to_float(r.get(INSTABILITY)) for r in recs}
-        if axis == BETWEEN:
-            return {r["id"]: to_float((r.get("extra") or {}).get("activation_rel_between")) for r in recs}
-        if axis == ACCURACY:  # the share of a group's variants answered right
-            return {r["id"]: (sum(map(bool, r["correct"])) / len(r["correct"]) if r.get("correct") else math.nan)
-                    for r in recs}
-        return {r["id"]: to_float(r["axes"].get(axis)) for r in recs}
+    def axis_relations(self, alpha: float = findings.ALPHA) -> list[findings.Relation]:
+        """Finding 2 per set (never pooled): Spearman with a bootstrap CI, corrected over every set and pair of
+        the evaluation, and a verdict (see :func:`sago_train.functional.findings.axis_relations`)."""
+        per_set = {name: {a: s.values(a) for a in s.axes} for name, s in self.sets.items() if s.has_records}
+        return findings.axis_relations(per_set, alpha=alpha, n_resamples=self._n_bootstrap, seed=self.seed)
+
+    def slim(self) -> Evaluation:
+        """The same evaluation with group records reduced to what paired comparisons need (no variants or
+        outputs): what a training run keeps in memory for its baseline and best evaluations."""
+        sets = {}
+        for name, s in self.sets.items():
+            groups = s.groups
+            sets[name] = SetEvaluation(s.name, list(s.axes), dict(s.summaries), s.instability, dict(s.correctness),
+                                       s.n_groups, s.kinds, dict(s.skipped), list(s.skipped_axes), dict(s.set_level),
+                                       s.seed, s.n_bootstrap, _groups=None if groups is None else [g.slim() for g in groups])
+        return Evaluation(sets, self.model, dict(self.config), list(self.warnings), self.seed, self.step, self.epoch,
+                          self.label, self.path, self.source, self.records_dir)
 
     @classmethod
-    def from_result(cls, step: int | None, result: EvalResult, *, label: str = "", path: Path | None = None) -> Evaluation:
-        """The in-memory record of a finished evaluation (per-group values kept, variants and outputs not)."""
-        records = {name: [{k: r.get(k) for k in _SLIM_KEYS} for r in result.group_records(name)]
-                   for name in result.sets}
-        ev = cls(label=label, path=path or Path("."), kind="run", step=step, summaries=result.history_sets(),
-                 correctness={n: dict(s.correctness) for n, s in result.sets.items()}, records_dir=None)
-        ev._records.update(records)
-        return ev
+    def from_records(cls, step: int | None, records: Mapping[str, Sequence[Mapping[str, Any] | GroupRecord]], *,
+                     summaries: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None) -> Evaluation:
+        """An evaluation from group records (``{set: [{"id", "axes", ...}, ...]}`` or :class:`GroupRecord`\\ s),
+        for tests and scripts: the means are computed from them (no CIs) unless ``summaries`` are given."""
+        sets = {}
+        for name, recs in records.items():
+            # Plain records carry instability only where given (a test of one axis has no instability).
+            with_inst = any(isinstance(r, GroupRecord) or INSTABILITY in r for r in recs)
+            groups = [r if isinstance(r, GroupRecord) else
+                      GroupRecord.from_dict({**r, INSTABILITY: r.get(INSTABILITY)} if not with_inst else dict(r))
+                      for r in recs]
+            axes = ordered_union(g.axes for g in groups)
+            if summaries is not None and name in summaries:
+                given = {a: Summary(to_float(v.get("mean")), to_float(v.get("ci_low")), to_float(v.get("ci_high")),
+                                    int(v.get("n") or 0)) for a, v in summaries[name].items()}
+                inst = given.pop(INSTABILITY, None)
+            else:
+                given = {a: _mean_summary([g.value(a) for g in groups]) for a in axes}
+                inst = _mean_summary([g.value(INSTABILITY) for g in groups]) if with_inst else None
+            sets[name] = SetEvaluation(name, list(given), given, instability=inst, n_groups=len(groups),
+                                       _groups=groups)
+        return cls(sets, step=step, source="run")
+
+    # ------------------------------------------------------------------ summary.json and <set>.jsonl
+    def to_summary(self) -> dict[str, Any]:
+        """The ``summary.json`` document."""
+        overall = self.overall_instability()
+        return stats.to_jsonable({
+            "sago_train_version": __version__,
+            "model": self.model,
+            "config": self.config,
+            "sets": {name: s.to_summary() for name, s in self.sets.items()},
+            INSTABILITY: None if overall is None else overall.to_dict(),
+            "axis_correlation": self.axis_correlation().to_dict(),
+            "axis_relations": [r.to_dict() for r in self.axis_relations()],
+            "warnings": list(self.warnings),
+        })
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write ``summary.json`` and one ``<set>.jsonl`` of group records per set (each atomically: an
+        interrupted write leaves the previous file). Returns the directory.
+
+        Example:
+            >>> ev = Evaluation.from_records(None, {"s": [{"id": "g0", "axes": {"activation": 0.2}}]})
+            >>> import tempfile; d = ev.write(tempfile.mkdtemp())
+            >>> sorted(p.name for p in d.iterdir()), Evaluation.read(d).mean("s", "activation")
+            (['s.jsonl', 'summary.json'], 0.2)
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        summary = self.to_summary()  # computed first: a failure leaves no half-written directory
+        for name, s in self.sets.items():
+            atomic_write_jsonl(records_path(out, name), [g.to_dict() for g in s.groups or []])
+        atomic_write_json(out / SUMMARY, summary)
+        return out
 
     @classmethod
-    def from_records(cls, step: int | None, records: dict[str, list[dict[str, Any]]], *,
-                     summaries: dict[str, dict[str, dict[str, Any]]] | None = None) -> Evaluation:
-        """An evaluation from per-group records (``{set: [{"id", "axes", "instability"?}, ...]}``); the means
-        are computed from them unless ``summaries`` are given."""
-        if summaries is None:
-            summaries = {}
-            for name, recs in records.items():
-                axes = ordered_axes(recs)
-                summaries[name] = {a: _mean_summary([to_float(r["axes"].get(a)) for r in recs]) for a in axes}
-                if any(INSTABILITY in r for r in recs):
-                    summaries[name][INSTABILITY] = _mean_summary([to_float(r.get(INSTABILITY)) for r in recs])
-        ev = cls(label="", path=Path("."), kind="run", step=step, summaries=summaries,
-                 correctness={n: {} for n in records}, records_dir=None)
-        ev._records.update(records)
-        return ev
+    def read(cls, path: str | Path) -> Evaluation:
+        """An evaluation directory (``summary.json`` + ``<set>.jsonl``), validated; group records are read on
+        first use. Raises :class:`~sago_train.errors.SagoInputError` naming the file and key."""
+        path = Path(path)
+        src = path / SUMMARY
+        try:
+            data = json.loads(src.read_text(encoding="utf-8-sig"))
+        except json.JSONDecodeError as err:
+            raise SagoInputError(f"malformed JSON: {err.msg} (column {err.colno})", source=str(src),
+                                 line=err.lineno) from None
+        except UnicodeDecodeError:
+            raise SagoInputError("not valid UTF-8", source=str(src)) from None
+        if not isinstance(data, dict) or not isinstance(data.get("sets"), dict):
+            raise SagoInputError("expected an object with 'sets' (written by 'sago-train eval --out')",
+                                 source=str(src), key="sets")
+        if not data["sets"]:
+            raise SagoInputError("no sets in the summary", source=str(src), key="sets")
+        sets = {name: SetEvaluation.from_summary(name, entry, source=str(src), load=records_loader(path, name))
+                for name, entry in data["sets"].items()}
+        config = data.get("config") if isinstance(data.get("config"), dict) else {}
+        return cls(sets, model=data["model"] if isinstance(data.get("model"), str) else "", config=config,
+                   warnings=[w for w in data.get("warnings") or [] if isinstance(w, str)], label=path.name,
+                   path=path, source="eval", records_dir=path)
 
-    def mean(self, set_name: str, axis: str) -> float:
-        """The mean of ``axis`` on ``set_name`` (NaN when not recorded or undefined)."""
-        score = self.score(set_name, axis)
-        return math.nan if score is None else to_float(score.get("mean"))
+    # ------------------------------------------------------------------ one history.jsonl line
+    def to_history_line(self, **extra: Any) -> dict[str, Any]:
+        """The ``history.jsonl`` line of this evaluation (the manual's "Results on disk": ``step``, ``epoch``,
+        ``sets`` with each axis' ``{"mean", "ci_low", "ci_high", "n"}``, then correctness, skipped axes,
+        set-level numbers, what ``auto`` settings resolved to and the warnings), plus ``extra`` entries (the
+        monitor's paired changes, the runtime)."""
+        line = {
+            "step": int(self.step or 0),
+            "epoch": float(self.epoch or 0.0),
+            "sets": {name: s.to_history() for name, s in self.sets.items()},
+            **({"skipped_axes": self.skipped_axes} if self.partial else {}),
+            "correctness": {name: s.correctness for name, s in self.sets.items()},
+            "resolved": self.config.get("resolved"),
+            "warnings": list(self.warnings),
+            "set_level": {name: s.set_level for name, s in self.sets.items() if s.set_level},
+            **extra,
+        }
+        return stats.to_jsonable(line)
 
-
-def ordered_union(lists: Iterable[Iterable[str]]) -> list[str]:
-    out: list[str] = []
-    for names in lists:
-        for n in names:
-            if n not in out:
-                out.append(n)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Ranking and rank reversal
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def ordered_axes(records: list[dict[str, Any]]) -> list[str]:
-    """The axes of a set's group records, in first-seen order."""
-    out: dict[str, None] = {}
-    for r in records:
-        out.update(dict.fromkeys(r.get("axes") or {}))
-    return list(out)
-
-
-def _mean_summary(values: list[float]) -> dict[str, Any]:
-    finite = [v for v in values if math.isfinite(v)]
-    return {"mean": (sum(finite) / len(finite)) if finite else None, "ci_low": None, "ci_high": None,
-            "n": len(finite)}
-
-
-def read_group_records(path: Path) -> list[dict[str, Any]]:
-    """Group records (one JSON object per line with ``id`` and ``axes``), with file:line errors."""
-    out: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}
-    src = str(path)
-    for lineno, rec in read_jsonl(path):
-        if not isinstance(rec, dict):
-            raise SagoInputError(f"expected a group record (an object), got {type_name(rec)}", source=src,
+    @classmethod
+    def from_history_line(cls, line: Any, *, source: str, lineno: int | None = None,
+                          records_dir: Path | None = None, label: str = "", path: Path | None = None) -> Evaluation:
+        """A ``history.jsonl`` line back as an evaluation (validated: a located error for a corrupt line);
+        group records are read from ``records_dir`` on first use."""
+        if not isinstance(line, dict):
+            raise SagoInputError(f"expected an evaluation (an object), got {type_name(line)}", source=source,
                                  line=lineno)
-        gid = rec.get("id")
-        if isinstance(gid, bool) or not isinstance(gid, (str, int)):
-            raise SagoInputError(f"expected a string id, got {gid!r}", source=src, line=lineno, key="id")
-        gid = str(gid)
-        if gid in seen:
-            # Paired comparisons match groups by id: a repeated id would pair arbitrarily.
-            raise SagoInputError(f"duplicate id '{gid}' (first on line {seen[gid]})", source=src, line=lineno,
-                                 key="id")
-        seen[gid] = lineno
-        axes = rec.get("axes")
-        if not isinstance(axes, dict):
-            raise SagoInputError(f"expected an object of axis -> value, got {type_name(axes)}", source=src,
-                                 line=lineno, key="axes")
-        for axis, value in axes.items():
-            if value is not None and not is_number(value):
-                raise SagoInputError(f"expected a number or null, got {value!r}", source=src, line=lineno,
-                                     key=f"axes.{axis}")
-        if rec.get(INSTABILITY) is not None and not is_number(rec[INSTABILITY]):
-            raise SagoInputError(f"expected a number or null, got {rec[INSTABILITY]!r}", source=src, line=lineno,
-                                 key=INSTABILITY)
-        out.append({**rec, "id": gid})
-    return out
+        step = line.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise SagoInputError(f"expected an integer step, got {step!r}", source=source, line=lineno, key="step")
+        if not isinstance(line.get("sets"), dict) or not line["sets"]:
+            raise SagoInputError(f"expected a non-empty object of set -> axes, got {line.get('sets')!r}"[:300],
+                                 source=source, line=lineno, key="sets")
+        sets = {name: SetEvaluation.from_history(name, line, source=source, lineno=lineno,
+                                                 load=None if records_dir is None else records_loader(records_dir, name))
+                for name in line["sets"]}
+        epoch = line.get("epoch")
+        resolved = line.get("resolved")
+        return cls(sets, config={"resolved": resolved} if isinstance(resolved, dict) else {},
+                   warnings=[w for w in line.get("warnings") or [] if isinstance(w, str)], step=step,
+                   epoch=float(epoch) if is_number(epoch) else None, label=label, path=path, source="run",
+                   records_dir=records_dir)

@@ -1,6 +1,6 @@
-"""Where evaluations live on disk, spelled here only: an evaluation directory (``summary.json`` + one
-``<set>.jsonl`` of group records per set) and a run's ``sago/`` folder (``history.jsonl``, one line per
-evaluation, and ``step-<N>/<set>.jsonl``). Reading and writing both.
+"""A training run's SAGO history on disk: ``<output_dir>/sago/history.jsonl`` (one line per evaluation, see
+:meth:`Evaluation.to_history_line <sago_train.results.evaluation.Evaluation.to_history_line>`) and its
+``step-<N>/<set>.jsonl`` group records; reading it back as a :class:`Run` (one :class:`Evaluation` per step).
 
 One policy for a corrupt or invalid ``history.jsonl`` line, for every reader (callback resume, early
 stopping, compare, report): a logged warning naming the file and line, then the line is skipped and counted
@@ -14,47 +14,29 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import SagoInputError, type_name
-from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl, safe_child
-from .evaluation import ACCURACY, INSTABILITY, Evaluation, check_summaries, is_number, ordered_union, to_float
+from ..errors import SagoInputError
+from ..functional.stats import Summary
+from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
+from .evaluation import Evaluation, ordered_union
+from .group import GroupRecord
+from .layout import HISTORY, history_path, records_path, step_dir
 
 logger = logging.getLogger(__name__)
 
-SUMMARY = "summary.json"
-HISTORY = "history.jsonl"
-SAGO_DIR = "sago"  # a run's folder inside the Trainer's output_dir
+
+def write_group_records(directory: str | Path, set_name: str, groups: Sequence[GroupRecord]) -> None:
+    """``<directory>/<set>.jsonl``, atomically."""
+    atomic_write_jsonl(records_path(directory, set_name), [g.to_dict() for g in groups])
 
 
-def history_path(sago_dir: str | Path) -> Path:
-    return Path(sago_dir) / HISTORY
-
-
-def step_dir(sago_dir: str | Path, step: int) -> Path:
-    """The folder of the group records of the evaluation at ``step``."""
-    return Path(sago_dir) / f"step-{step}"
-
-
-def write_group_records(directory: str | Path, set_name: str, records: list[dict[str, Any]]) -> None:
-    atomic_write_jsonl(safe_child(directory, set_name, ".jsonl"), records)
-
-
-def write_eval_dir(out_dir: str | Path, summary: dict[str, Any], records: dict[str, list[dict[str, Any]]]) -> Path:
-    """An evaluation directory: ``summary.json`` and one ``<set>.jsonl`` of group records per set (atomically)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, recs in records.items():
-        write_group_records(out, name, recs)
-    atomic_write_json(out / SUMMARY, summary)
-    return out
-
-
-def write_history(sago_dir: str | Path, history: list[dict[str, Any]]) -> None:
+def write_history(sago_dir: str | Path, lines: list[dict[str, Any]]) -> None:
     """Rewrite ``history.jsonl`` atomically (it is small): a crash never leaves half a line."""
-    text = "".join(json.dumps(h, allow_nan=False) + "\n" for h in history)
+    text = "".join(json.dumps(h, allow_nan=False) + "\n" for h in lines)
     atomic_write_text(history_path(sago_dir), text)
 
 
@@ -89,25 +71,11 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
 
 @dataclass
 class History:
-    """The valid lines of a ``history.jsonl`` by step, and the corrupt lines skipped (each a located error)."""
+    """The valid lines of a ``history.jsonl`` in step order, and the corrupt lines skipped (each a located
+    error)."""
 
     entries: list[dict[str, Any]]
     skipped: list[SagoInputError]
-
-
-def _check_history_entry(entry: Any, src: str, lineno: int) -> dict[str, Any]:
-    if not isinstance(entry, dict):
-        raise SagoInputError(f"expected an evaluation (an object), got {type_name(entry)}", source=src, line=lineno)
-    step = entry.get("step")
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise SagoInputError(f"expected an integer step, got {step!r}", source=src, line=lineno, key="step")
-    sets = entry.get("sets")
-    if not isinstance(sets, dict) or not sets:
-        raise SagoInputError(f"expected a non-empty object of set -> axes, got {sets!r}", source=src,
-                             line=lineno, key="sets")
-    for name, per_axis in sets.items():
-        check_summaries(per_axis, source=src, line=lineno, where=f"sets.{name}")
-    return entry
 
 
 def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
@@ -127,7 +95,7 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
     by_step: dict[int, dict[str, Any]] = {}
     for lineno, entry in read_jsonl(path, what="SAGO history", on_bad_line=skip):
         try:
-            entry = _check_history_entry(entry, src, lineno)
+            Evaluation.from_history_line(entry, source=src, lineno=lineno)  # validates the whole line
         except SagoInputError as err:
             skip(err)
             continue
@@ -138,7 +106,6 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
     if not by_step and not allow_empty:
         raise SagoInputError(f"no evaluations in {src} (the history is empty)")
     return History([by_step[s] for s in sorted(by_step)], skipped)
-
 
 
 @dataclass
@@ -167,7 +134,8 @@ class Run:
         return ordered_union(list(h["sets"]) for h in self.history)
 
     def evaluation(self, step: int | None = None) -> Evaluation:
-        """The evaluation at ``step`` (default: the last one)."""
+        """The evaluation at ``step`` (default: the last one), its group records read from ``step-<N>/`` on
+        first use."""
         if step is None:
             entry = self.history[-1]
         else:
@@ -178,69 +146,20 @@ class Run:
                     + ", ".join(map(str, self.steps))
                 )
             entry = matches[-1]
-        step = int(entry["step"])
-        sets = entry["sets"]
-        corr = entry.get("correctness") if isinstance(entry.get("correctness"), dict) else {}
-        return Evaluation(
-            label=self.label,
-            path=self.path,
-            kind="run",
-            step=step,
-            summaries={name: dict(per_axis) for name, per_axis in sets.items()},
-            correctness={name: (corr.get(name) if isinstance(corr.get(name), dict) else {}) for name in sets},
-            records_dir=step_dir(self.sago_dir, step),
-            epoch=to_float(entry.get("epoch")) if entry.get("epoch") is not None else None,
-        )
+        return Evaluation.from_history_line(entry, source=str(history_path(self.sago_dir)),
+                                            records_dir=step_dir(self.sago_dir, int(entry["step"])), label=self.label,
+                                            path=self.path)
 
-    def series(self, set_name: str, axis: str) -> list[tuple[int, dict[str, Any]]]:
-        """``[(step, summary)]`` of ``axis`` on ``set_name`` over the evaluations that recorded it.
+    def evaluations(self) -> list[Evaluation]:
+        """Every recorded evaluation, in step order."""
+        return [self.evaluation(int(h["step"])) for h in self.history]
 
-        ``axis="accuracy"`` gives its mean and CI from each line's correctness summary (no CI in lines written
-        before the CI was recorded)."""
+    def series(self, set_name: str, name: str) -> list[tuple[int, Summary]]:
+        """``[(step, summary)]`` of an axis, ``instability`` or ``accuracy`` on ``set_name`` over the evaluations
+        that recorded it (accuracy without a CI in lines written before the CI was recorded)."""
         out = []
-        for h in self.history:
-            if axis == ACCURACY:
-                acc = (h.get("correctness") or {}).get(set_name) or {}
-                if is_number(acc.get("accuracy")):
-                    out.append((int(h["step"]), {"mean": float(acc["accuracy"]), "ci_low": acc.get("accuracy_ci_low"),
-                                                 "ci_high": acc.get("accuracy_ci_high")}))
-                continue
-            summary = h["sets"].get(set_name, {}).get(axis)
+        for ev in self.evaluations():
+            summary = ev.score(set_name, name)
             if summary is not None:
-                out.append((int(h["step"]), summary))
+                out.append((int(ev.step or 0), summary))
         return out
-
-
-
-def load_eval_dir(path: Path) -> Evaluation:
-    src = path / SUMMARY
-    try:
-        data = json.loads(src.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as err:
-        raise SagoInputError(f"malformed JSON: {err.msg} (column {err.colno})", source=str(src),
-                             line=err.lineno) from None
-    except UnicodeDecodeError:
-        raise SagoInputError("not valid UTF-8", source=str(src)) from None
-    if not isinstance(data, dict) or not isinstance(data.get("sets"), dict):
-        raise SagoInputError("expected an object with 'sets' (written by 'sago-train eval --out')",
-                             source=str(src), key="sets")
-    summaries: dict[str, dict[str, dict[str, Any]]] = {}
-    correctness: dict[str, dict[str, Any]] = {}
-    for name, entry in data["sets"].items():
-        if not isinstance(entry, dict):
-            raise SagoInputError(f"expected an object, got {type_name(entry)}", source=str(src),
-                                 key=f"sets.{name}")
-        per_axis = dict(check_summaries(entry.get("axes", {}), source=str(src), line=None,
-                                         where=f"sets.{name}.axes"))
-        if entry.get(INSTABILITY) is not None:
-            per_axis.update(check_summaries({INSTABILITY: entry[INSTABILITY]}, source=str(src), line=None,
-                                             where=f"sets.{name}"))
-        summaries[name] = per_axis
-        correctness[name] = entry.get("correctness") if isinstance(entry.get("correctness"), dict) else {}
-    if not summaries:
-        raise SagoInputError("no sets in the summary", source=str(src), key="sets")
-    model = data.get("model") if isinstance(data.get("model"), str) else None
-    return Evaluation(label=path.name, path=path, kind="eval", step=None, summaries=summaries,
-                      correctness=correctness, records_dir=path, model=model)
-
-

@@ -24,8 +24,8 @@ def test_recomputed_accuracy_counts_the_groups_that_have_correctness():
     scope = set_scope([a, b], "s")
     assert scope.recompute and scope.ids == [f"g{i}" for i in range(6)]
     acc, _ = scores([a, b], scope, "accuracy")
-    assert acc["A"]["mean"] == pytest.approx(3 / 6) and acc["A"]["n"] == 3
-    assert acc["B"]["mean"] == pytest.approx(3 / 4) and acc["B"]["n"] == 2
+    assert acc["A"].mean == pytest.approx(3 / 6) and acc["A"].n == 3
+    assert acc["B"].mean == pytest.approx(3 / 4) and acc["B"].n == 2
 
 
 def test_no_group_with_a_value_for_every_entry_is_not_ranked_on_each_entrys_own_groups():
@@ -38,7 +38,7 @@ def test_no_group_with_a_value_for_every_entry_is_not_ranked_on_each_entrys_own_
                                           for i in range(6)]})
     a.label, b.label = "A", "B"
     scope = set_scope([a, b], "s")
-    assert not scope.recompute and a.score("s", "generation")["n"] == 3  # each recorded on its own 3 groups
+    assert not scope.recompute and a.score("s", "generation").n == 3  # each recorded on its own 3 groups
     got, note = scores([a, b], scope, "generation")
     assert got == {} and "undefined on 6 of the 6 common groups" in note
     # An axis undefined for every entry on every group is simply absent: nothing to say.

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sago_train.analysis.formatting import fmt_num, fmt_p
 from sago_train.cli.main import main
+from sago_train.functional.formatting import fmt_num, fmt_p
 
 from .._helpers.results_dirs import (
     _write_jsonl,
@@ -282,8 +282,9 @@ def test_paired_comparison_flags_a_collapse_of_the_between_group_dispersion(tmp_
     assert rows["between_dispersion"]["verdict"] == "B less dispersed (collapse)"
     assert rows["between_dispersion"]["p_more_stable"] == pytest.approx(
         sps.wilcoxon(between * 0.5 - between, alternative="less").pvalue)
-    assert rows["activation"]["verdict"] == "B more stable" and rows["activation_rel"]["verdict"] == \
-        "no significant difference"
+    # Raw activation fell with the between-group dispersion: a collapse, never "more stable" (issue 18).
+    assert rows["activation"]["verdict"] == "B lower, but so is the between-group dispersion: a collapse, not " \
+        "stability" and rows["activation_rel"]["verdict"] == "no significant difference"
     assert "s/between_dispersion: B less dispersed (collapse) than A" in out
 
 

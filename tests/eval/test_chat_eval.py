@@ -63,7 +63,7 @@ def test_always_renders_each_string_as_one_user_message(tiny_llama):
     result = SAGOEvaluator(tiny_llama, tok, layers=[0, -1], max_new_tokens=5, batch_size=3).evaluate(vs)
     assert result.config["chat_template"] == "auto"
     assert result.config["resolved"] == {"chat_template": "always", "correctness": {"t": "contains"}}
-    assert result.summary()["config"]["resolved"]["chat_template"] == "always"
+    assert result.to_summary()["config"]["resolved"]["chat_template"] == "always"
     assert result.sets["t"].correctness["mode"] == "contains"
     for rec, g in zip(RECS, result.sets["t"].groups):
         ref = reference_group(tiny_llama, tok, rec, [0, 3], 5, encode=encode)

@@ -145,7 +145,7 @@ def test_too_long_prompts_are_skipped_and_counted_or_strict(byte_tokenizer, tiny
     res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs)
     s = res.sets["t"]
     assert s.n_groups == 2 and sum(s.skipped.values()) == 1
-    assert res.summary()["sets"]["t"]["skipped"] == {"prompt longer than the model's context": 1}
+    assert res.to_summary()["sets"]["t"]["skipped"] == {"prompt longer than the model's context": 1}
     with pytest.raises(SagoInputError, match="context"):
         SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4, strict=True).evaluate(vs)
 
@@ -161,7 +161,7 @@ def test_max_groups_is_a_stable_seeded_subset(byte_tokenizer, tiny_llama):
 def test_correctness_and_kinds_in_summary(byte_tokenizer, tiny_llama):
     vs = VariantSet.from_records(RECORDS, name="t")
     res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs)
-    summary = res.summary()
+    summary = res.to_summary()
     s = summary["sets"]["t"]
     assert s["n_groups"] == 4
     assert set(s["axes"]) == {"activation", "activation_rel", "confidence", "generation", "mirroring"}
@@ -171,7 +171,7 @@ def test_correctness_and_kinds_in_summary(byte_tokenizer, tiny_llama):
     assert s["correctness"]["n"] == 2  # the groups with a reference
     assert set(s["kinds"]["activation"]["means"]) == {"canonical", "paraphrase", "typo"}
     assert summary["axis_correlation"]["axes"] == ["activation", "activation_rel", "confidence", "generation", "mirroring"]
-    rec = res.group_records("t")[0]
+    rec = res.sets["t"].groups[0].to_dict()
     assert {"id", "variants", "outputs", "axes", "logprobs"} <= set(rec)
     assert len(rec["logprobs"]) == 3
 
@@ -234,8 +234,8 @@ def test_without_generation_same_values_and_no_decoding(byte_tokenizer, tiny_lla
     assert calls["n"] == 0
     s_full, s_cheap = full.sets["t"], cheap.sets["t"]
     assert s_cheap.axes == ["activation", "activation_rel", "confidence"]
-    assert cheap.config["skipped_axes"] == {"t": ["generation", "mirroring"]} and cheap.config["generation"] is False
-    assert "skipped_axes" not in full.config and "generation" not in full.config
+    assert cheap.skipped_axes == {"t": ["generation", "mirroring"]} and cheap.config["generation"] is False
+    assert full.skipped_axes == {} and "generation" not in full.config
     for g_full, g_cheap in zip(s_full.groups, s_cheap.groups):
         assert g_cheap.outputs is None and g_cheap.correct is None and g_full.correct is not None
         for axis in s_cheap.axes:
@@ -253,7 +253,7 @@ def test_without_generation_drops_confidence_when_a_reference_is_missing(byte_to
     res = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0], max_new_tokens=3, n_bootstrap=100).evaluate(
         vs, generation=False)
     assert res.sets["t"].axes == ["activation", "activation_rel"]
-    assert res.config["skipped_axes"] == {"t": ["confidence", "generation", "mirroring"]}
+    assert res.skipped_axes == {"t": ["confidence", "generation", "mirroring"]}
 
 
 def test_seeded_subset_is_stable_and_independent_of_order():

@@ -238,7 +238,7 @@ def test_evaluator_half_values_equal_the_axes_on_each_half(byte_tokenizer, tiny_
     assert np.isnan(a[ids.index("short")])
     want = split_half_reliability(a, b, n_permutations=s.n_bootstrap, seed=s.seed)
     assert s.reliability["activation"] == want and want.n == 7
-    summary = s.summary()["reliability"]["activation"]
+    summary = s.to_summary()["reliability"]["activation"]
     assert summary["n"] == 7 and summary["r"] == pytest.approx(want.r)
 
 
@@ -250,22 +250,22 @@ def test_eval_display_words_each_finding_by_its_test():
     from rich.console import Console
 
     from sago_train.analysis.display import print_result
-    from sago_train.results.records import EvalResult, GroupResult, SetResult
+    from sago_train.results.evaluation import Evaluation, GroupRecord, SetEvaluation
 
     rng = np.random.default_rng(12)
     groups = []
     for i in range(40):
         t = rng.random()
         act, gen, conf = t, t + 0.05 * rng.random(), rng.random()
-        groups.append(GroupResult(
+        groups.append(GroupRecord(
             f"g{i}", ["a", "b"], ["canonical", "typo"], None, None, None,
             {"activation": act, "generation": gen, "confidence": conf},
             {"activation": [act, act], "generation": [gen, gen], "confidence": [conf, conf + 1e-9]},
             halves={"activation": [t + 0.1 * rng.random(), t + 0.1 * rng.random()],
                     "confidence": [rng.random(), rng.random()]}))
-    s = SetResult("s", ["activation", "generation", "confidence"], groups, ["canonical", "typo"], {},
+    s = SetEvaluation.from_groups("s", ["activation", "generation", "confidence"], groups, ["canonical", "typo"], {},
                   n_bootstrap=500)
-    result = EvalResult({"s": s}, "m", {})
+    result = Evaluation({"s": s}, "m", {})
     buf = io.StringIO()
     print_result(result, Console(file=buf, width=300))
     out = buf.getvalue()
@@ -290,17 +290,17 @@ def test_eval_display_says_inconclusive_relations_once_per_set():
     from rich.console import Console
 
     from sago_train.analysis.display import print_result
-    from sago_train.results.records import EvalResult, GroupResult, SetResult
+    from sago_train.results.evaluation import Evaluation, GroupRecord, SetEvaluation
 
     rng = np.random.default_rng(3)
     groups = []
     for i in range(6):  # too few groups for any verdict but 'inconclusive'
         a, g, c = rng.random(), rng.random(), rng.random()
-        groups.append(GroupResult(f"g{i}", ["x", "y"], None, None, None, None,
+        groups.append(GroupRecord(f"g{i}", ["x", "y"], None, None, None, None,
                                   {"activation": a, "generation": g, "confidence": c},
                                   {"activation": [a, a], "generation": [g, g], "confidence": [c, c]}))
-    s = SetResult("s", ["activation", "generation", "confidence"], groups, None, {}, n_bootstrap=200)
-    result = EvalResult({"s": s}, "m", {})
+    s = SetEvaluation.from_groups("s", ["activation", "generation", "confidence"], groups, None, {}, n_bootstrap=200)
+    result = Evaluation({"s": s}, "m", {})
     rels = [r for r in result.axis_relations() if r.verdict == "inconclusive"]
     assert len(rels) == 3
     buf = io.StringIO()

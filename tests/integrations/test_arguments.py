@@ -21,7 +21,7 @@ from sago_train import (
 )
 from sago_train.data.sources import bundled_set_paths
 from sago_train.integrations.arguments import SOURCES, flag_names
-from sago_train.integrations.options import CallbackOptions, MonitorOptions
+from sago_train.integrations.options import MonitorOptions
 
 BASE = ["--output_dir", "out", "--bf16", "false"]  # SFTConfig defaults to bf16, which the CPU lacks
 
@@ -60,7 +60,7 @@ def test_defaults_build_the_defaults():
     args = parse([])
     assert args.sago_config() == SAGOConfig()
     assert args.stability_config() == StabilityConfig()
-    assert args.callback_kwargs() == {**dataclasses.asdict(MonitorOptions()), **dataclasses.asdict(CallbackOptions())}
+    assert args.callback_kwargs() == dataclasses.asdict(MonitorOptions())
 
 
 @pytest.mark.parametrize("classes", [
@@ -91,13 +91,11 @@ def test_parsed_flags_build_the_callback_built_by_keywords():
                                raise_on_error=True)
     assert from_flags.config == by_keywords.config
     assert from_flags.config.axes == ["activation", "confidence"] and from_flags.config.layers == [0, -1]
-    for name in ("eval_steps", "baseline", "log_level", "overhead_budget", "overwrite", "log_unstable_groups",
-                 "evaluate_at_end", "raise_on_error", "guard_reporters", "soft_failures"):
-        assert getattr(from_flags, name) == getattr(by_keywords, name), name
+    assert from_flags.options == by_keywords.options and from_flags.soft_failures == by_keywords.soft_failures
     assert list(from_flags.sets) == list(by_keywords.sets) == ["format", "paraphrase", "typo"]
     assert [g.id for g in from_flags.sets["typo"].groups] == [g.id for g in by_keywords.sets["typo"].groups]
     # Keywords given to from_args win over the flags (objects such as the tokenizer have no flag).
-    assert SAGOCallback.from_args(args, eval_steps=7, soft_failures=True).eval_steps == 7
+    assert SAGOCallback.from_args(args, eval_steps=7, soft_failures=True).options.eval_steps == 7
 
 
 def test_sets_as_name_equals_file_and_axes_comma_separated(tmp_path):
@@ -186,7 +184,7 @@ def test_yaml_config_file(tmp_path):
     training, args = parsed[1], parsed[-1]
     assert training.output_dir == "out"
     cb = SAGOCallback.from_args(args)
-    assert list(cb.sets) == ["para", "ty"] and cb.baseline is False
+    assert list(cb.sets) == ["para", "ty"] and cb.options.baseline is False
     assert cb.config == SAGOConfig(axes="activation,confidence", layers=[-1], max_groups=6)  # command line wins
     assert args.stability_config() == StabilityConfig(conf_weight=0.5)
     assert SAGOEarlyStoppingCallback.from_args(args).axis == "confidence"

@@ -528,7 +528,7 @@ def test_early_stopping_needs_a_bound_callback(tmp_path):
 def test_reporter_guard_wraps_and_never_patches(tmp_path, monkeypatch):
     from transformers.integrations import TensorBoardCallback
 
-    from sago_train.integrations.setup import GuardedReporter
+    from sago_train.integrations.reporters import GuardedReporter
 
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
     cb = SAGOCallback(variant_set(), eval_steps=5, guard_reporters=True, **FAST)

@@ -66,7 +66,9 @@ def test_generation_every_values_logs_history_and_comparisons(tmp_path):
         if h["step"] in partial_steps:
             assert h["skipped_axes"] == {"num": list(GEN_AXES)}
             assert set(sets) == {"activation", "activation_rel", "confidence"}  # no generation, no instability
-            assert set(h["compare"]["num"]) == {"activation", "activation_rel", "confidence"}
+            # Compared: the axes it has, and the between-group dispersion that tells a collapse from stability;
+            # neither a skipped axis nor instability, nor accuracy (it needs generation).
+            assert set(h["compare"]["num"]) == {"activation", "activation_rel", "confidence", "between_dispersion"}
         else:
             assert "skipped_axes" not in h and set(sets) == set(sets_full)
         for axis in ("activation", "activation_rel", "confidence"):

@@ -276,12 +276,10 @@ def test_following_the_trainer_refuses_a_trainer_that_ranks_the_other_way():
 def test_evaluations_without_the_watched_axis_do_not_count():
     """With generation_every > 1, an evaluation that skipped the watched generation axis makes no decision: the
     worse-counter only counts the evaluations that have the axis (here it stops on the 2nd worse one)."""
-    from types import SimpleNamespace
 
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.4, 40)
-    partial = SimpleNamespace(config={"skipped_axes": {"s": ["generation", "mirroring"]}})
-    complete = SimpleNamespace(config={"skipped_axes": {"s": []}})
+    partial, complete = ["generation", "mirroring"], []  # the axes an evaluation left out
     cb = SAGOEarlyStoppingCallback("sago/s/generation", patience=2, alpha=0.05)
     control = TrainerControl()
     args = TrainingArguments(output_dir="/tmp/unused", report_to=[])
@@ -290,9 +288,10 @@ def test_evaluations_without_the_watched_axis_do_not_count():
                 (3, base + 0.1, "generation", complete), (4, base, "activation", partial),
                 (5, base, "activation", partial), (6, base + 0.1, "generation", complete)]
     stopped = None
-    for step, values, axis, result in feed_seq:
-        cb.on_sago_evaluate(args, TrainerState(global_step=step), control, result=result,
-                            evaluation=snap(step, values, axis=axis))
+    for step, values, axis, skipped in feed_seq:
+        ev = snap(step, values, axis=axis)
+        ev.sets["s"].skipped_axes = skipped
+        cb.on_sago_evaluate(args, TrainerState(global_step=step), control, result=ev, evaluation=ev)
         if control.should_training_stop:
             stopped = step
             break

@@ -9,32 +9,32 @@ import pytest
 
 from sago_train.errors import SagoInputError
 from sago_train.functional.axes import GroupInputs  # noqa: F401 - registers the axes
-from sago_train.results import store
-from sago_train.results.evaluation import Evaluation
-from sago_train.results.records import EvalResult, GroupResult, SetResult
+from sago_train.results import layout, store
+from sago_train.results.evaluation import Evaluation, GroupRecord, SetEvaluation
 
 
-def _result() -> EvalResult:
-    groups = [GroupResult(id=f"g{i}", variants=["a", "b"], kinds=None, outputs=None, reference=None,
+def _result() -> Evaluation:
+    groups = [GroupRecord(id=f"g{i}", variants=["a", "b"], kinds=None, outputs=None, reference=None,
                           scored_reference=None, axes={"activation": 0.1 * (i + 1), "confidence": 0.05 * i},
                           per_variant={"activation": [0.1, 0.1], "confidence": [0.0, 0.0]}) for i in range(4)]
-    sets = {"s": SetResult("s", ["activation", "confidence"], groups, None, {}, n_bootstrap=100)}
-    return EvalResult(sets=sets, config={}, model="m")
+    sets = {"s": SetEvaluation.from_groups("s", ["activation", "confidence"], groups, None, {}, n_bootstrap=100)}
+    return Evaluation(sets=sets, config={}, model="m")
 
 
 def test_paths_are_spelled_here(tmp_path):
-    assert store.history_path(tmp_path) == tmp_path / "history.jsonl"
-    assert store.step_dir(tmp_path, 12) == tmp_path / "step-12"
+    assert layout.history_path(tmp_path) == tmp_path / "history.jsonl"
+    assert layout.step_dir(tmp_path, 12) == tmp_path / "step-12"
 
 
 def test_in_memory_and_on_disk_evaluations_agree(tmp_path):
     result = _result()
     sago = tmp_path / "sago"
-    store.write_group_records(store.step_dir(sago, 3), "s", result.group_records("s"))
-    store.write_history(sago, [{"step": 3, "sets": result.history_sets()}])
+    result.step = 3
+    store.write_group_records(layout.step_dir(sago, 3), "s", result.sets["s"].groups)
+    store.write_history(sago, [result.to_history_line()])
     run = store.Run(label="r", path=tmp_path, sago_dir=sago, history=store.read_history(sago).entries)
     on_disk = run.evaluation(3)
-    in_memory = Evaluation.from_result(3, result)
+    in_memory = result.slim()  # what a training run keeps
     for axis in ("activation", "confidence", "instability"):
         assert in_memory.mean("s", axis) == pytest.approx(on_disk.mean("s", axis), rel=1e-12)
         assert in_memory.group_values("s", axis) == pytest.approx(on_disk.group_values("s", axis), rel=1e-12)
@@ -87,6 +87,7 @@ def test_accuracy_series_and_score_carry_the_recorded_ci(tmp_path):
     store.write_history(tmp_path, lines)
     run = store.Run.read(tmp_path.parent, tmp_path)
     # Lines written before the CI was recorded give no band, never a made-up one.
-    assert run.series("s", "accuracy") == [(0, {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8}),
-                                           (2, {"mean": 0.5, "ci_low": None, "ci_high": None})]
-    assert run.evaluation(0).score("s", "accuracy") == {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8, "n": 5}
+    assert [(step, sm.to_dict()) for step, sm in run.series("s", "accuracy")] == [
+        (0, {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8, "n": 5}), (2, {"mean": 0.5, "ci_low": None, "ci_high": None,
+                                                                           "n": 5})]
+    assert run.evaluation(0).score("s", "accuracy").to_dict() == {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8, "n": 5}

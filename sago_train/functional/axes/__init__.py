@@ -7,7 +7,12 @@ from .correctness import choice_index, correctness_summary, is_correct, variant_
 from .generation import generation_instability
 from .mirroring import mirroring_instability
 from .registry import (
+    ACCURACY,
+    ACCURACY_ALL,
+    ACCURACY_WORST_KIND,
     AXES,
+    BETWEEN,
+    INSTABILITY,
     Axis,
     AxisValue,
     GroupInputs,
@@ -22,7 +27,12 @@ from .registry import (
 DEFAULT_AXES = ("activation", "activation_rel", "confidence", "generation", "mirroring")
 
 __all__ = [
+    "ACCURACY",
+    "ACCURACY_ALL",
+    "ACCURACY_WORST_KIND",
     "AXES",
+    "BETWEEN",
+    "INSTABILITY",
     "DEFAULT_AXES",
     "Axis",
     "AxisValue",

@@ -121,8 +121,19 @@ def in_instability(name: str) -> bool:
     return True if axis is None else axis.in_instability
 
 
+#: The quantities recorded beside the axes, each with one name (the manual's "Definitions"): the mean of the
+#: [0, 1] axes (a convenience scalar, ranked like an axis); correctness per group as the share of its variants
+#: answered right, whether all of them are, and the variant of the kind that is worst on the set (all
+#: higher-is-better, never folded into stability); each group's mean cosine distance to the other groups'
+#: variants (recorded with activation_rel: lower means representations pulled together, a collapse, so it is
+#: compared, never ranked).
+INSTABILITY = "instability"
+ACCURACY = "accuracy"
+ACCURACY_ALL = "accuracy_all"
+ACCURACY_WORST_KIND = "accuracy_worst_kind"
+BETWEEN = "between_dispersion"
 #: Recorded quantities that are not axes but carry a direction: correctness is higher-is-better.
-HIGHER_IS_BETTER_EXTRA = frozenset({"accuracy"})
+HIGHER_IS_BETTER_EXTRA = frozenset({ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND})
 
 
 def higher_is_better(name: str) -> bool:

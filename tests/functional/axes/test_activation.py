@@ -20,7 +20,7 @@ from sago_train.functional.axes import (
     in_instability,
     parse_axes,
 )
-from sago_train.results.records import GroupResult
+from sago_train.results.evaluation import GroupRecord
 
 
 def _cos_dist(a: np.ndarray, b: np.ndarray) -> float:
@@ -129,7 +129,7 @@ def test_registered_and_selectable():
 
 
 def test_instability_leaves_the_ratio_out():
-    g = GroupResult("x", ["a", "b"], None, None, None, None,
+    g = GroupRecord("x", ["a", "b"], None, None, None, None,
                     {"activation": 0.2, "activation_rel": 3.0, "confidence": 0.4}, {})
     assert g.instability == pytest.approx(0.3)
 
@@ -200,9 +200,11 @@ def test_evaluator_matches_brute_force_and_is_batch_size_independent(byte_tokeni
     assert "activation_rel_layer_2" not in rec["extra"]
     assert rec["axes"]["activation_rel"] == pytest.approx(want_values[0], abs=1e-5)
     assert rec["instability"] == pytest.approx(rec["axes"]["activation"], abs=1e-7)  # the ratio is left out
-    metrics = results[3].metrics()
-    assert metrics["sago/t/activation_rel"] == pytest.approx(np.mean(want_values), abs=1e-5)
-    assert metrics["sago/t/between_dispersion"] == pytest.approx(np.mean(want_between), abs=1e-5)
+    from sago_train.integrations.keys import evaluation_metrics
+
+    metrics = evaluation_metrics(results[3], {}, 0.0)
+    assert metrics["eval_sago/t/activation_rel"] == pytest.approx(np.mean(want_values), abs=1e-5)
+    assert metrics["eval_sago/t/between_dispersion"] == pytest.approx(np.mean(want_between), abs=1e-5)
 
 
 def test_one_group_set_records_a_note_not_a_number(byte_tokenizer, tiny_llama):
@@ -213,7 +215,7 @@ def test_one_group_set_records_a_note_not_a_number(byte_tokenizer, tiny_llama):
     assert math.isnan(s.groups[0].axes["activation_rel"])
     assert s.summaries["activation_rel"].n == 0
     assert any("at least 2 groups" in n for n in s.notes)
-    assert any("at least 2 groups" in n for n in s.summary()["notes"])
+    assert any("at least 2 groups" in n for n in s.to_summary()["notes"])
     assert not math.isnan(s.groups[0].axes["activation"])
 
 

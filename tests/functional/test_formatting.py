@@ -8,9 +8,9 @@ import pytest
 from rich.console import Console
 
 from sago_train.analysis.display import constant_axes, print_result, set_table
-from sago_train.analysis.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
+from sago_train.functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
 from sago_train.functional.stats import Summary
-from sago_train.results.records import EvalResult, GroupResult, SetResult
+from sago_train.results.evaluation import Evaluation, GroupRecord, SetEvaluation
 
 
 @pytest.mark.parametrize("value, text", [
@@ -40,13 +40,13 @@ def test_ci_and_constant():
     assert constant_line("mirroring", 0.0) == "mirroring: constant at 0.000 (left out of the tables and plots)"
 
 
-def _result() -> EvalResult:
-    groups = [GroupResult(id=f"g{i}", variants=["a", "b"], kinds=None, outputs=None, reference=None,
+def _result() -> Evaluation:
+    groups = [GroupRecord(id=f"g{i}", variants=["a", "b"], kinds=None, outputs=None, reference=None,
                           scored_reference=None, axes={"activation": 0.1 * (i + 1), "mirroring": 0.0},
                           per_variant={"activation": [0.1, 0.2], "mirroring": [0.0, 0.0]}) for i in range(4)]
-    s = SetResult(name="s", axes=["activation", "mirroring"], groups=groups, kinds=None, skipped={},
+    s = SetEvaluation.from_groups(name="s", axes=["activation", "mirroring"], groups=groups, kinds=None, skipped={},
                   n_bootstrap=200)
-    return EvalResult(sets={"s": s}, model="m", config={})
+    return Evaluation(sets={"s": s}, model="m", config={})
 
 
 def test_a_constant_axis_is_one_line_not_a_row():

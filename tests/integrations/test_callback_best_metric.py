@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from sago_train import SAGOCallback, SAGOEarlyStoppingCallback, SagoInputError
 from sago_train.data import VariantSet
 from sago_train.eval.config import SAGOConfig
-from sago_train.integrations.best_metric import needs_complete
+from sago_train.integrations.schedule import needs_complete
 
 from .._helpers.trainer import make_trainer, variant_set
 

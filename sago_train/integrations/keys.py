@@ -1,0 +1,127 @@
+"""The names of SAGO's numbers in the Trainer log, spelled and parsed here only.
+
+``eval_sago/<set>/<quantity>`` with a quantity an axis, ``instability``, ``accuracy`` or ``between_dispersion``,
+and suffixes for its CI bounds (``_ci_low``, ``_ci_high``) and its paired changes (``_vs_baseline``,
+``_vs_best``, each with ``_p``); ``eval_sago/instability`` over every set and ``eval_sago/runtime``. W&B shows
+them as ``eval/sago/...``. ``metric_for_best_model`` and early stopping name them ``sago/<set>/<quantity>``
+(the Trainer adds ``eval_``): :func:`parse_metric` is the one parser of that grammar.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import SagoInputError
+from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation
+
+PREFIX = "eval_sago"
+RUNTIME = f"{PREFIX}/runtime"
+OVERALL = f"{PREFIX}/{INSTABILITY}"
+
+
+def key(set_name: str, quantity: str, suffix: str = "") -> str:
+    """``eval_sago/<set>/<quantity><suffix>``.
+
+    Example:
+        >>> key("paraphrase", "activation_rel", "_vs_baseline_p")
+        'eval_sago/paraphrase/activation_rel_vs_baseline_p'
+    """
+    return f"{PREFIX}/{set_name}/{quantity}{suffix}"
+
+
+def parse_metric(metric: str, *, field_name: str = "metric") -> tuple[str, str]:
+    """``"sago/<set>/<quantity>"`` (optionally prefixed ``eval_``) -> ``(set, quantity)``.
+
+    Example:
+        >>> parse_metric("eval_sago/paraphrase/accuracy")
+        ('paraphrase', 'accuracy')
+    """
+    name = metric[len("eval_"):] if isinstance(metric, str) and metric.startswith("eval_") else metric
+    parts = name.split("/") if isinstance(name, str) else []
+    if len(parts) != 3 or parts[0] != "sago" or not parts[1] or not parts[2]:
+        raise SagoInputError(f"expected a metric of the form 'sago/<set>/<axis>', got {metric!r}", key=field_name,
+                             hint="e.g. 'sago/paraphrase/activation_rel' or 'sago/paraphrase/accuracy'")
+    return parts[1], parts[2]
+
+
+def parse_metric_or_none(metric: str | None) -> tuple[str, str] | None:
+    """:func:`parse_metric`, or None for a metric that is not a SAGO one (e.g. ``eval_loss``)."""
+    try:
+        return parse_metric(metric or "")
+    except SagoInputError:
+        return None
+
+
+def trainer_key(metric: str | None) -> str | None:
+    """The Trainer-log key (``eval_sago/...``) that ``metric_for_best_model`` names, or None for a metric that
+    is not a SAGO one.
+
+    Example:
+        >>> trainer_key("sago/s/activation"), trainer_key("eval_loss")
+        ('eval_sago/s/activation', None)
+    """
+    if not metric or not metric.removeprefix("eval_").startswith("sago/"):
+        return None
+    return metric if metric.startswith("eval_") else f"eval_{metric}"
+
+
+def display_order(axes: list[str]) -> list[str]:
+    """Axes in the order logs and tables show them: ``activation_rel`` before raw ``activation`` (raw
+    activation is squeezed by the shared direction of a model's hidden states, so it is the one to read
+    second), the others as given."""
+    if "activation_rel" in axes and "activation" in axes:
+        rest = [a for a in axes if a != "activation_rel"]
+        i = rest.index("activation")
+        return rest[:i] + ["activation_rel"] + rest[i:]
+    return list(axes)
+
+
+def evaluation_metrics(ev: Evaluation, changes: dict[str, dict[str, dict[str, Any]]], seconds: float) -> dict[str, float]:
+    """Every finite number of one evaluation: per set each quantity's mean and CI bounds, accuracy,
+    the between-group dispersion, the paired changes against the baseline and the best so far with their
+    p-values (``changes``, from the monitor), the overall instability and the runtime. An evaluation that left
+    axes out has no ``instability`` (it is absent, never a mean over fewer axes)."""
+    out: dict[str, float] = {}
+    for name, s in ev.sets.items():
+        for axis in display_order(s.axes):
+            sm = s.summaries[axis]
+            out[key(name, axis)], out[key(name, axis, "_ci_low")], out[key(name, axis, "_ci_high")] = \
+                sm.mean, sm.ci_low, sm.ci_high
+        if s.instability is not None:
+            out[key(name, INSTABILITY)] = s.instability.mean
+        if "activation_rel" in s.set_level:
+            out[key(name, BETWEEN)] = s.between_dispersion
+        acc = s.accuracy
+        if acc is not None:
+            out[key(name, ACCURACY)] = acc.mean
+            out[key(name, ACCURACY, "_ci_low")], out[key(name, ACCURACY, "_ci_high")] = acc.ci_low, acc.ci_high
+        for quantity, entry in changes.get(name, {}).items():
+            for label, change in entry.items():
+                out[key(name, quantity, f"_{label}")] = change["mean_diff"]
+                out[key(name, quantity, f"_{label}_p")] = change["p_value"]
+    overall = ev.overall_instability()
+    if overall is not None:
+        out[OVERALL] = overall.mean
+    out[RUNTIME] = seconds
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
+
+
+def headline(metrics: dict[str, float], ev: Evaluation) -> dict[str, float]:
+    """The keys of ``metrics`` the default log level sends to the Trainer log: per set the axis means,
+    ``instability`` and ``accuracy``; the overall instability; the runtime. At most sets x (axes + 2) + 2."""
+    keep = {OVERALL, RUNTIME}
+    for name, s in ev.sets.items():
+        keep.update(key(name, q) for q in (*s.axes, INSTABILITY, ACCURACY))
+    return {k: v for k, v in metrics.items() if k in keep}
+
+
+def fill_missing(metrics: dict[str, float], watched: str | None, greater_is_better: bool | None) -> bool:
+    """Give the Trainer a value for the watched ``metric_for_best_model`` key when this step has none (a failed
+    or skipped evaluation, a NaN mean): the worst possible value, so that this checkpoint is never chosen as the
+    best, and never another step's value (the Trainer raises KeyError without one, and monitoring must not cost
+    the run). Returns whether it filled one (the caller says so)."""
+    if watched is None or watched in metrics:
+        return False
+    metrics[watched] = -math.inf if greater_is_better else math.inf
+    return True

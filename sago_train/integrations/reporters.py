@@ -1,0 +1,283 @@
+"""Where one evaluation's numbers go during training, and what the run prints: :func:`report` sends the
+metrics to the Trainer log (its own row, so every ``report_to`` integration gets them at the right step), the
+extras to W&B (histograms, a table of the most unstable groups, the details the default log level keeps out
+of the charts) and TensorBoard (histograms), and one console line per set with the change since the baseline
+(and a warning when accuracy fell); :func:`run_summary_lines` says baseline -> best -> final at the end.
+:class:`GuardedReporter` keeps a failing reporter from stopping training."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from transformers import Trainer, TrainerCallback
+
+from .. import distributed
+from ..functional import stats
+from ..functional.axes import ACCURACY, BETWEEN, INSTABILITY
+from ..functional.formatting import fmt_num, fmt_p
+from ..functional.stats import to_jsonable
+from ..functional.wording import change_words
+from ..results.evaluation import Evaluation
+from .keys import PREFIX, display_order, evaluation_metrics, headline
+from .monitor import MonitorState
+from .options import MonitorOptions
+
+logger = logging.getLogger("sago_train.integrations.callback")  # the callback's log
+
+
+def report(trainer: Any, args: Any, state: Any, control: Any, ev: Evaluation, changes: dict[str, Any],
+           seconds: float, options: MonitorOptions, monitor: MonitorState, settings: dict[str, Any]) -> dict[str, float]:
+    """Report one evaluation (see the module doc); returns every metric (the Trainer's evaluation metrics get
+    them all, so ``metric_for_best_model`` may name any)."""
+    metrics = evaluation_metrics(ev, changes, seconds)
+    logged = metrics if options.log_level == "full" else headline(metrics, ev)
+    log_metrics(trainer, logged, state, control)
+    if "tensorboard" in (args.report_to or []):
+        log_tensorboard_histograms(trainer, state, ev)
+    if "wandb" in (args.report_to or []):
+        details = {k: v for k, v in metrics.items() if k not in logged}
+        log_wandb_extras(args, state, ev, max_rows=options.log_unstable_groups, details=details,
+                         settings=to_jsonable(settings))
+    if distributed.is_main_process():
+        for note in ev.warnings:  # degenerate outputs: empty or question-independent generations
+            logger.warning("sago: step %d: %s", state.global_step, note)
+        for line in change_lines(ev, changes, monitor.baseline):
+            logger.info(line)
+        for line in accuracy_warnings(ev, changes, monitor.baseline):
+            logger.warning(line)
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------- the Trainer log
+def log_metrics(trainer: Any, metrics: dict[str, float], state: Any, control: Any) -> None:
+    """Send ``metrics`` to the Trainer log as a row of their own: through ``transformers.Trainer.log`` when
+    bound (every ``report_to`` integration), else into ``state.log_history`` only. The base ``Trainer.log`` is
+    called, not a subclass's: TRL's ``SFTTrainer.log`` folds its accumulated training metrics (``entropy``,
+    ``mean_token_accuracy``, ``num_tokens``) into whatever row it logs, which would move them out of TRL's own
+    training row into SAGO's."""
+    if trainer is None:
+        # Unbound: what Trainer.log records, without the report_to integrations (see the callback's module doc).
+        state.log_history.append({**metrics, "step": state.global_step})
+        if distributed.is_main_process():
+            logger.info("sago metrics: %s", metrics)
+        return
+    # Trainer.log resets control.should_log (and the handler may touch other flags); keep the Trainer's own
+    # plans for this step (its loss log, evaluation, checkpoint) intact.
+    flags = (control.should_log, control.should_evaluate, control.should_save)
+    if isinstance(trainer, Trainer):
+        Trainer.log(trainer, dict(metrics))
+    else:
+        trainer.log(dict(metrics))
+    control.should_log, control.should_evaluate, control.should_save = flags
+
+
+# ---------------------------------------------------------------------------------------------- the console
+def _set_context(changes: dict[str, Any], label: str) -> tuple[bool, bool]:
+    """(between-group dispersion fell significantly, accuracy fell significantly) on one set, ``label`` =
+    ``vs_baseline`` or ``vs_best``."""
+    def verdict(q: str) -> str | None:
+        return ((changes.get(q) or {}).get(label) or {}).get("verdict")
+    return verdict(BETWEEN) == stats.BETTER, verdict(ACCURACY) == stats.WORSE
+
+
+def change_lines(ev: Evaluation, changes: dict[str, Any], baseline: Evaluation | None) -> list[str]:
+    """One line per set: each quantity's baseline and current means with the paired verdict against the
+    baseline; the significant ones first, the rest summarized ("no significant change: ...")."""
+    if baseline is None or baseline.step == ev.step:
+        return []
+    out = []
+    for name, s in ev.sets.items():
+        per_q = changes.get(name) or {}
+        collapse, less_accurate = _set_context(per_q, "vs_baseline")
+        said, quiet = [], []
+        for q in [*display_order(s.axes), INSTABILITY, ACCURACY]:
+            entry = (per_q.get(q) or {}).get("vs_baseline")
+            if not entry:
+                continue
+            move = f"{q} {fmt_num(baseline.mean(name, q))} -> {fmt_num(ev.mean(name, q))}"
+            if entry["verdict"] in (stats.BETTER, stats.WORSE):
+                words = change_words(q, entry["verdict"], collapse=collapse, less_accurate=less_accurate)
+                p = entry["p_value"] if entry["verdict"] == stats.WORSE else entry.get("p_better")
+                said.append(f"{move} {words} (p {fmt_p(p)})")
+            else:
+                quiet.append(move)
+        if not said and not quiet:
+            continue
+        parts = said + ([f"no significant change: {', '.join(quiet)}"] if quiet else [])
+        out.append(f"sago step {ev.step}, set '{name}' vs the baseline (step {baseline.step}): " + "; ".join(parts))
+    return out
+
+
+def accuracy_warnings(ev: Evaluation, changes: dict[str, Any], baseline: Evaluation | None) -> list[str]:
+    """A warning per set whose accuracy fell significantly since the baseline: stability measured on a model
+    that forgot its task reads as better (a model that is consistently wrong is perfectly stable)."""
+    out = []
+    for name, per_q in changes.items():
+        entry = (per_q.get(ACCURACY) or {}).get("vs_baseline")
+        if not entry or entry["verdict"] != stats.WORSE or baseline is None:
+            continue
+        out.append(f"sago step {ev.step}: accuracy on set '{name}' fell significantly since the baseline "
+                   f"({fmt_num(baseline.mean(name, ACCURACY))} -> {fmt_num(ev.mean(name, ACCURACY))}, p "
+                   f"{fmt_p(entry['p_value'])}, {entry['n']} groups): the model may be forgetting what it knew; read "
+                   "every stability number of this set beside it (a consistently wrong model is perfectly stable)")
+    return out
+
+
+def run_summary_lines(monitor: MonitorState, changes: dict[str, Any]) -> list[str]:
+    """The end of training, per set and quantity: baseline -> best -> final (with their steps) and the final
+    evaluation's verdict against the baseline."""
+    base, last = monitor.baseline, monitor.last
+    if base is None or last is None or last.step == base.step:
+        return []
+    out = [f"sago: summary of the run, steps {base.step} -> {last.step} (best = the best evaluation per quantity; "
+           "verdict = the final evaluation against the baseline, paired by group)"]
+    for name, s in last.sets.items():
+        per_q = changes.get(name) or {}
+        collapse, less_accurate = _set_context(per_q, "vs_baseline")
+        rows = []
+        for q in [*display_order(s.axes), INSTABILITY, ACCURACY]:
+            final = last.mean(name, q)
+            if not math.isfinite(final):
+                continue
+            best = monitor.best.get((name, q))
+            entry = (per_q.get(q) or {}).get("vs_baseline")
+            verdict = change_words(q, entry["verdict"], collapse=collapse, less_accurate=less_accurate) if entry \
+                else "not compared"
+            best_text = f" -> best {fmt_num(best.mean(name, q))} (step {best.step})" if best is not None else ""
+            rows.append(f"{q} {fmt_num(base.mean(name, q))}{best_text} -> final {fmt_num(final)}: {verdict}")
+        if rows:
+            out.append(f"  set '{name}': " + "; ".join(rows))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- W&B, TensorBoard
+DETAIL_COLUMNS = ("mean", "ci_low", "ci_high", "vs_baseline", "vs_baseline_p", "vs_best", "vs_best_p")
+
+
+def detail_rows(ev: Evaluation, details: dict[str, float]) -> list[list[Any]]:
+    """One numeric row per (set, axis): ``DETAIL_COLUMNS`` (None where a value is missing)."""
+    rows = []
+    for name, s in ev.sets.items():
+        for axis, sm in s.summaries.items():
+            extra = {c: details.get(f"{PREFIX}/{name}/{axis}_{c}") for c in DETAIL_COLUMNS[3:]}
+            rows.append([name, axis, sm.mean, sm.ci_low, sm.ci_high, *extra.values()])
+    return rows
+
+
+def log_wandb_extras(args: Any, state: Any, ev: Evaluation, *, max_rows: int,
+                     details: dict[str, float] | None = None, settings: dict[str, Any] | None = None) -> None:
+    """Histograms of per-group values, a table of the ``max_rows`` most unstable groups (0: no table) with one
+    numeric (sortable) column per axis, and ``details`` (the numbers left out of the Trainer log) as a table and
+    a nested summary entry; ``settings`` (the callback's options) go to ``wandb.config["sago"]``. Into the run
+    the Trainer's W&B integration opened; a failing W&B is logged, never raised: the other reporters and the
+    history go on."""
+    if not distributed.is_main_process() or "wandb" not in (args.report_to or []):
+        return
+    try:
+        import wandb
+
+        if wandb.run is None:
+            return
+        if settings:  # the SAGO settings beside the Trainer's, under one key (same values at every evaluation)
+            wandb.config.update({"sago": settings}, allow_val_change=True)
+        payload: dict[str, Any] = {"train/global_step": state.global_step}
+        rows = []
+        for name, s in ev.sets.items():
+            for axis in s.axes:
+                values = [v for v in s.values(axis) if math.isfinite(v)]
+                if values:
+                    payload[f"eval/sago/{name}/{axis}_hist"] = wandb.Histogram(values)
+            for g in s.groups or []:
+                rows.append((g.value(INSTABILITY), name, g))
+        if max_rows > 0 and rows:
+            rows.sort(key=lambda r: -r[0] if math.isfinite(r[0]) else 0.0)
+            axes = sorted({a for _, _, g in rows for a in g.axes})
+            table = wandb.Table(columns=["set", "id", "instability", *axes, "variants", "outputs"])
+            for inst, name, g in rows[: max_rows]:
+                table.add_data(name, g.id, inst, *(g.axes.get(a) for a in axes),
+                               "\n".join(map(str, g.variants)), "\n".join(g.outputs or []))
+            payload["eval/sago/unstable_groups"] = table
+        if details:
+            payload["eval/sago/details"] = wandb.Table(columns=["set", "axis", *DETAIL_COLUMNS],
+                                                       data=detail_rows(ev, details))
+            wandb.run.summary["eval/sago/details"] = {k.removeprefix(f"{PREFIX}/"): v for k, v in details.items()}
+        wandb.log(payload)
+    except Exception as err:  # noqa: BLE001 - a failing W&B must not stop the other reporters
+        logger.warning("sago: W&B logging failed (%s: %s); other reporters and the history go on",
+                       type(err).__name__, err)
+
+
+def log_tensorboard_histograms(trainer: Any, state: Any, ev: Evaluation) -> None:
+    """Histograms of per-group values per set and axis (``eval/sago/<set>/<axis>``) through the writer of the
+    Trainer's own TensorBoard integration, when it is there and open. A failure is logged, never raised."""
+    if trainer is None or not distributed.is_main_process():
+        return
+    writer = next((getattr(cb, "tb_writer", None) for cb in trainer.callback_handler.callbacks
+                   if type(getattr(cb, "wrapped", cb)).__name__ == "TensorBoardCallback"), None)
+    if writer is None:
+        return
+    try:
+        import numpy as np
+
+        for name, s in ev.sets.items():
+            for axis in s.axes:
+                values = np.array([v for v in s.values(axis) if math.isfinite(v)], dtype=float)
+                if values.size:
+                    writer.add_histogram(f"eval/sago/{name}/{axis}", values, state.global_step)
+        writer.flush()
+    except Exception as err:  # noqa: BLE001 - a failing reporter must not stop the others
+        logger.warning("sago: TensorBoard histograms failed (%s: %s); other reporters and the history go on",
+                       type(err).__name__, err)
+
+
+# ---------------------------------------------------------------------------------------------- the guard
+class GuardedReporter(TrainerCallback):
+    """Wraps (never modifies) a reporting integration (W&B, TensorBoard, ...) so that one that raises is
+    logged once and switched off, and the other reporters, the SAGO history and training go on. Installed in
+    place of the reporter in the Trainer's callback list by ``SAGOCallback(guard_reporters=True)``; the
+    reporter itself is :attr:`wrapped`."""
+
+    def __init__(self, wrapped: TrainerCallback) -> None:
+        self.wrapped = wrapped
+        self.disabled = False
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("on_"):
+            return object.__getattribute__(self, name)
+        wrapped = object.__getattribute__(self, "wrapped")
+        method = getattr(wrapped, name)
+
+        def safe(*args: Any, **kwargs: Any) -> Any:
+            if self.disabled:
+                return None
+            try:
+                return method(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001 - a reporter must not cost the training run
+                self.disabled = True
+                logger.error("sago: %s failed in %s (%s: %s); it is switched off, training, the other reporters "
+                             "and the SAGO history go on", type(wrapped).__name__, name, type(err).__name__, err)
+                return None
+
+        return safe
+
+    def __getattr__(self, name: str) -> Any:  # tb_writer and the like, read by other callbacks
+        if name == "wrapped":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "wrapped"), name)
+
+
+def guard_reporters(trainer: Any) -> list[str]:
+    """Wrap the Trainer's ``report_to`` integrations in :class:`GuardedReporter` (in its callback list; the
+    integrations are not modified). Returns the names of the guarded callbacks."""
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    reporter_types = tuple(c for c in INTEGRATION_TO_CALLBACK.values() if isinstance(c, type))
+    callbacks = trainer.callback_handler.callbacks
+    guarded = []
+    for i, cb in enumerate(callbacks):
+        if isinstance(cb, reporter_types):
+            callbacks[i] = GuardedReporter(cb)
+            guarded.append(type(cb).__name__)
+    return guarded
