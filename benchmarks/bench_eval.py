@@ -28,7 +28,11 @@ import torch
 
 from sago_train import SAGOEvaluator, VariantSet
 from sago_train.data import bundled_sets
-from sago_train.eval.shared_prefill import _cache_of, _expand, _positions, cache_keyword, shared_prefix_length
+from sago_train.eval.cache import cache_keyword
+from sago_train.eval.cache import cache_of as _cache_of
+from sago_train.eval.cache import expand as _expand
+from sago_train.eval.cache import positions as _positions
+from sago_train.eval.extraction import shared_prefix_length
 from sago_train.functional.axes import (
     activation_instability,
     confidence_instability,

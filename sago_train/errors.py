@@ -11,6 +11,10 @@ import reprlib
 from collections.abc import Iterable
 from typing import Any
 
+#: Characters of a user value quoted in an error message (:func:`short_repr`), and of a whole message.
+MAX_REPR_CHARS = 80
+MAX_ERROR_CHARS = 2000
+
 
 class SagoInputError(ValueError):
     """Invalid user input (data, config, CLI arguments).
@@ -47,8 +51,6 @@ class SagoInputError(ValueError):
             where += ": "
         elif self.line is not None:
             where = f"line {self.line}: "
-        from .limits import MAX_ERROR_CHARS  # limits imports errors: a cycle at module level
-
         field = f"field '{self.key}': " if self.key is not None else ""
         message = self.message
         if len(message) > MAX_ERROR_CHARS:  # a safety net: values should be quoted through short_repr
@@ -86,8 +88,6 @@ def short_repr(value: object, limit: int | None = None) -> str:
         >>> short_repr([[1, 2, 3, 4, 5, 6, 7, 8]] * 100)[:25]
         '[[1, 2, 3, 4, 5, 6, ...],'
     """
-    from .limits import MAX_REPR_CHARS  # limits imports errors: a cycle at module level
-
     limit = MAX_REPR_CHARS if limit is None else limit
     r = reprlib.Repr()
     r.maxlevel, r.maxdict, r.maxlist, r.maxtuple, r.maxset = 3, 6, 6, 6, 6

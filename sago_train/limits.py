@@ -13,6 +13,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from .errors import MAX_ERROR_CHARS as _MAX_ERROR_CHARS
+from .errors import MAX_REPR_CHARS as _MAX_REPR_CHARS
 from .errors import SagoInputError
 
 MiB = 1024 * 1024
@@ -37,9 +39,10 @@ MAX_VARIANT_TOKENS = 262_144
 # counted as often as it is used): a "billion laughs" recipe is refused instead of expanded.
 MAX_RECIPE_BYTES = 1 * MiB
 MAX_RECIPE_EXPANDED = 1_000_000
-# Characters of a user value quoted in an error message (see errors.short_repr), and of a whole message.
-MAX_REPR_CHARS = 80
-MAX_ERROR_CHARS = 2000
+# Characters of a user value quoted in an error message, and of a whole message: declared where the messages
+# are made (errors.py, which every module imports), listed here with the other limits.
+MAX_REPR_CHARS = _MAX_REPR_CHARS
+MAX_ERROR_CHARS = _MAX_ERROR_CHARS
 
 
 def human_bytes(n: int) -> str:

@@ -45,3 +45,79 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
     (pkg / "functional" / "x.py").write_text("from ..cli.main import main\nfrom .y import z\n")
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", pkg)
     assert upward_imports() == [("functional/x.py", "cli")]
+
+
+IMPORT_ANY = re.compile(r"^\s*(?:from (\.+[\w.]*|sago_train[\w.]*) import (\([^)]*\)|[^#\n]+)|import (sago_train[\w.]*))",
+                        re.M)
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the package modules it imports, at module level, inside functions and under TYPE_CHECKING alike:
+    a function-local import is still a dependency, and two modules importing each other are one concept split
+    in two."""
+    modules = {".".join(p.relative_to(root).with_suffix("").parts): p for p in root.rglob("*.py")}
+    modules = {k.removesuffix(".__init__") if k != "__init__" else "": v for k, v in modules.items()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        package = name.split(".") if is_pkg else name.split(".")[:-1]
+        deps: set[str] = set()
+        for m in IMPORT_ANY.finditer(path.read_text(encoding="utf-8")):
+            target, names, plain = m.group(1), m.group(2), m.group(3)
+            if plain:
+                base = plain.removeprefix("sago_train").lstrip(".")
+                candidates = [base]
+            elif target.startswith("."):
+                up = len(target) - len(target.lstrip("."))
+                base = ".".join([*package[: len(package) - (up - 1)], *[x for x in target.lstrip(".").split(".") if x]])
+                candidates = [base] + [f"{base}.{n.strip()}" if base else n.strip()
+                                       for n in re.sub(r"[()\n]", " ", names).split(",") if n.strip()]
+            else:
+                base = target.removeprefix("sago_train").lstrip(".")
+                candidates = [base]
+            for c in candidates:
+                c = c.split(" as ")[0].strip()
+                if c in modules and c != name:
+                    deps.add(c)
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles (each once, as a list of modules), by depth-first search; the package root's lazy
+    re-exports (``sago_train/__init__.py``) and packages' own ``__init__`` imports of their modules are left out."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if dep == "" or dep.startswith(f"{node}.") or node.startswith(f"{dep}.") and dep in graph and \
+                    (ROOT / dep.replace(".", "/") / "__init__.py").exists():
+                continue  # a package and its own modules
+            if state.get(dep) == 1:
+                found.append(stack[stack.index(dep):] + [dep])
+            elif state.get(dep) is None:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node and state.get(node) is None:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_checker_sees_a_function_local_cycle(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "eval").mkdir(parents=True)
+    (pkg / "eval" / "__init__.py").write_text("")
+    (pkg / "eval" / "a.py").write_text("def f():\n    from .b import g\n")
+    (pkg / "eval" / "b.py").write_text("from .a import f\n")
+    assert cycles(import_graph(pkg)) == [["eval.a", "eval.b", "eval.a"]]

@@ -1,6 +1,8 @@
-"""Forward hooks that capture, for one forward pass, the decoder-block outputs and final hidden states the
-stability loss needs (never ``output_hidden_states=True`` for the whole stack), the target-predicting rows
-of the LM head's output, and the LM head applied to the captured final hidden states."""
+"""Forward hooks on a causal LM: :class:`BlockOutputs`, the one hook on decoder blocks' outputs (the residual
+stream), used by evaluation (pooled activations) and by training (:class:`HiddenCapture`: the decoder-block
+outputs and final hidden states the stability loss needs, never ``output_hidden_states=True`` for the whole
+stack, and the target-predicting rows of the LM head's output), and the LM head applied to captured final
+hidden states."""
 
 from __future__ import annotations
 
@@ -33,6 +35,43 @@ def _backbone(model: nn.Module) -> nn.Module:
             hint="the confidence term needs the final hidden states of a transformers causal LM",
         )
     return backbone
+
+
+class BlockOutputs:
+    """Context manager: a forward hook on each chosen decoder block that hands the block's output (its
+    residual-stream hidden states ``[B, S, H]``, whatever the block returns around them) to
+    ``on_output(layer, hidden)``; the hooks are removed on exit. ``layers`` are indices into
+    :func:`~sago_train.model.layers.get_decoder_layers` (already resolved).
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> m = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        ...     num_attention_heads=2, num_key_value_heads=2, vocab_size=50))
+        >>> seen = {}
+        >>> with BlockOutputs(m, [1], lambda layer, h: seen.__setitem__(layer, tuple(h.shape))):
+        ...     _ = m(torch.tensor([[1, 2, 3]]))
+        >>> seen
+        {1: (1, 3, 16)}
+    """
+
+    def __init__(self, model: nn.Module, layers: Sequence[int], on_output: Any) -> None:
+        self.model = model
+        self.layers = list(layers)
+        self.on_output = on_output
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> BlockOutputs:
+        if self.layers:
+            blocks = get_decoder_layers(self.model)
+            for layer in self.layers:
+                self._handles.append(blocks[layer].register_forward_hook(
+                    lambda _m, _i, out, layer=layer: self.on_output(layer, block_output(out))))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
 
 
 class _TapRows(torch.autograd.Function):
@@ -105,6 +144,7 @@ class HiddenCapture:
         self.repeats = 0
         self.ran_without_grad = False
         self._handles: list[Any] = []
+        self._blocks: BlockOutputs | None = None
         self._grad_expected = False
 
     def _record(self, key: int | str, value: torch.Tensor) -> None:
@@ -136,11 +176,7 @@ class HiddenCapture:
 
             self._handles.append(backbone.register_forward_pre_hook(start_hook))
         if self.layers:
-            blocks = get_decoder_layers(self.model)
-            for layer in self.layers:
-                self._handles.append(
-                    blocks[layer].register_forward_hook(lambda _m, _i, out, layer=layer: self._record(layer, block_output(out)))
-                )
+            self._blocks = BlockOutputs(self.model, self.layers, self._record).__enter__()
         if self.final_hidden and backbone is not None:
 
             def final_hook(_m: nn.Module, _i: Any, out: Any) -> None:
@@ -176,6 +212,9 @@ class HiddenCapture:
         return None
 
     def __exit__(self, *exc: object) -> None:
+        if self._blocks is not None:
+            self._blocks.__exit__(*exc)
+            self._blocks = None
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

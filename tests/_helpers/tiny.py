@@ -63,9 +63,10 @@ def make_byte_tokenizer(chat_template: str | None = ROLE_TEMPLATE, ids: SpecialI
 
 def make_tiny_model(arch: str = "llama", seed: int = 0, layers: int = 4, hidden: int = 32, *,
                     ids: SpecialIds = SPECIALS_LAST, dtype: torch.dtype = torch.float32,
-                    eval_mode: bool = True) -> torch.nn.Module:
+                    eval_mode: bool = True, window: int = 128) -> torch.nn.Module:
     """A tiny randomly initialised causal LM of the given architecture (CPU, ``dtype``), in eval mode unless
-    ``eval_mode=False`` (as built: train mode)."""
+    ``eval_mode=False`` (as built: train mode); ``window``: the sliding window of the sliding-window ones
+    (``mistral-window``, ``gemma2``, ``gemma3``)."""
     if ids not in (SPECIALS_LAST, SPECIALS_FIRST):
         raise ValueError(f"unknown token-id layout {ids}")
     torch.manual_seed(seed)
@@ -80,6 +81,19 @@ def make_tiny_model(arch: str = "llama", seed: int = 0, layers: int = 4, hidden:
                                num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
                                head_dim=hidden // 2, **common)
         model = tf.MistralForCausalLM(cfg)
+    elif arch in ("mistral-window", "gemma2", "gemma3"):
+        # Sliding-window attention (Mistral's every layer; Gemma 2's alternate; Gemma 3's 3 local : 1 global
+        # here), with a window of `window` tokens: a hybrid cache of DynamicSlidingWindowLayer layers.
+        shape = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=2,
+                     num_key_value_heads=1, head_dim=hidden // 2, max_position_embeddings=256, sliding_window=window,
+                     **common)
+        if arch == "mistral-window":
+            model = tf.MistralForCausalLM(tf.MistralConfig(**shape))
+        elif arch == "gemma2":
+            model = tf.Gemma2ForCausalLM(tf.Gemma2Config(**shape))
+        else:
+            types = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(layers)]
+            model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(layer_types=types, **shape))
     elif arch == "qwen2":
         cfg = tf.Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                              num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256, **common)

@@ -102,7 +102,7 @@ def test_stop_strings_end_generation_and_are_cut(byte_tokenizer, tiny_llama, mon
 
 def _patched_outputs(monkeypatch, outputs):
     # Separate generation and scoring passes, so that generate() alone decides the outputs.
-    monkeypatch.setattr("sago_train.eval.shared_prefill.fallback_reason", lambda _ex: "test: generations patched")
+    monkeypatch.setattr(Extractor, "_prefill_unsupported", lambda *_a: "test: generations patched")
     monkeypatch.setattr(Extractor, "generate", lambda self, prompts: [outputs(i) for i in range(len(prompts))])
 
 

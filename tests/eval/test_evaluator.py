@@ -189,7 +189,7 @@ def test_multiple_choice_correctness(byte_tokenizer, tiny_llama, monkeypatch):
     outputs = {"Pick one: A. red B. blue": "The answer is A.", "Choose: A. blue B. red": "A cat sat on it.",
                "red or blue? A. red B. blue": "It is blue.", "A. red B. blue": "A", "A. blue B. red": "B"}
     by_prompt = {byte_tokenizer(p)["input_ids"].__repr__(): out for p, out in outputs.items()}
-    monkeypatch.setattr("sago_train.eval.shared_prefill.fallback_reason", lambda _ex: "test: generations patched")
+    monkeypatch.setattr(Extractor, "_prefill_unsupported", lambda *_a: "test: generations patched")
     monkeypatch.setattr(Extractor, "generate", lambda self, prompts: [by_prompt[repr(list(p))] for p in prompts])
     res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=3).evaluate(VariantSet.from_records(recs, name="m"))
     groups = {g.id: g for g in res.sets["m"].groups}

@@ -1,4 +1,5 @@
-"""One prefill per batch, the shared prefix run once: every axis equals the one-variant-at-a-time reference."""
+"""The extraction engine: one prefill per batch, the shared prefix run once, and every axis equals the
+one-variant-at-a-time reference."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 
 from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
-from sago_train.eval.extraction import Extractor
-from sago_train.eval.shared_prefill import _warned, shared_prefix_length
+from sago_train.eval import extraction
+from sago_train.eval.cache import _warned
+from sago_train.eval.extraction import Extractor, shared_prefix_length
 
 from ..conftest import make_byte_tokenizer, make_tiny_model
 from .test_evaluator import ARCHS, RECORDS, _assert_close, reference_group
@@ -28,9 +30,7 @@ def no_fallback(monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("fell back to separate passes")
 
-    import sago_train.eval.shared_prefill as sp
-
-    original = sp.shared_prefix_length
+    original = extraction.shared_prefix_length
 
     def spy(seqs):
         seen.append(original(seqs))
@@ -38,7 +38,7 @@ def no_fallback(monkeypatch):
 
     monkeypatch.setattr(Extractor, "generate", boom)
     monkeypatch.setattr(Extractor, "score", boom)
-    monkeypatch.setattr(sp, "shared_prefix_length", spy)
+    monkeypatch.setattr(extraction, "shared_prefix_length", spy)
     return seen
 
 
@@ -93,9 +93,7 @@ def test_stop_strings_and_chat_rendering_match_unshared(tiny_llama, monkeypatch)
     vs = VariantSet.from_records(PREFIXED, name="t")
     opts = dict(max_new_tokens=8, batch_size=6, stop_strings=["\n"], chat_template="always")
     got = SAGOEvaluator(tiny_llama, tok, **opts).evaluate(vs).sets["t"]
-    import sago_train.eval.shared_prefill as sp
-
-    monkeypatch.setattr(sp, "fallback_reason", lambda _ex: "test: separate passes")
+    monkeypatch.setattr(Extractor, "_prefill_unsupported", lambda *_a: "test: separate passes")
     want = SAGOEvaluator(tiny_llama, tok, **opts).evaluate(vs).sets["t"]
     for a, b in zip(got.groups, want.groups):
         assert a.outputs == b.outputs
@@ -107,8 +105,35 @@ def test_mean_pooling_falls_back_and_says_so_once(tiny_llama, caplog):
     tok = make_byte_tokenizer()
     _warned.discard(type(tiny_llama).__name__)
     vs = VariantSet.from_records(RECORDS, name="t")
-    with caplog.at_level(logging.WARNING, logger="sago_train.eval.shared_prefill"):
+    with caplog.at_level(logging.WARNING, logger="sago_train.eval.extraction"):
         for _ in range(2):
             SAGOEvaluator(tiny_llama, tok, pooling="mean", axes="activation", max_new_tokens=2).evaluate(vs)
     msgs = [r.getMessage() for r in caplog.records if "computed twice" in r.getMessage()]
     assert len(msgs) == 1 and "pooling='mean'" in msgs[0]
+
+
+SLIDING = ("mistral-window", "gemma2", "gemma3")
+
+
+@pytest.mark.parametrize("arch", SLIDING)
+def test_sliding_window_caches_take_the_one_prefill_path(arch, no_fallback):
+    # A window longer than every call: the hybrid cache's sliding layers evict nothing, so the shared prefix is
+    # expanded and the reference cropped exactly, and every axis equals the one-variant-at-a-time reference.
+    tok = make_byte_tokenizer()
+    model = make_tiny_model(arch, window=160)
+    longest = max(len(tok(v)["input_ids"]) for r in PREFIXED for v in r["variants"])
+    assert longest + 6 < 160 < model.config.max_position_embeddings  # the old rule (window >= context) fell back
+    for bs in (1, 5):
+        _check(model, tok, PREFIXED, bs)
+    assert max(no_fallback) >= len(PREAMBLE)
+
+
+@pytest.mark.parametrize("arch", SLIDING)
+def test_a_call_that_overflows_the_window_falls_back_and_says_why(arch, caplog):
+    tok = make_byte_tokenizer()
+    model = make_tiny_model(arch, window=24)
+    _warned.discard(type(model).__name__)
+    with caplog.at_level(logging.WARNING, logger="sago_train.eval.extraction"):
+        _check(model, tok, PREFIXED, 1)  # one variant per batch: no padding, the reference's own computation
+    msgs = [r.getMessage() for r in caplog.records if "computed twice" in r.getMessage()]
+    assert len(msgs) == 1 and "overflows its sliding window of 24" in msgs[0]

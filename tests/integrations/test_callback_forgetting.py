@@ -1,0 +1,58 @@
+"""A model that forgets its task reads as more stable (a consistently wrong model is perfectly stable): the
+callback must say so, with an accuracy verdict beside every stability verdict, in the log and in the history.
+
+Built on the shipped tiny model, which knows capitals: fine-tuned to answer " Brum." to every capital prompt
+("The capital of France is Brum."), its capitals accuracy falls while its generations agree more."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from sago_train import SAGOCallback, StabilityConfig, StabilityTrainer, bundled_sets, load_tiny_model
+
+SET = "paraphrase"
+
+
+@pytest.mark.slow
+def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog):
+    from transformers import TrainingArguments
+
+    model, tok = load_tiny_model()
+    monitored = bundled_sets()[SET]
+    capitals = [g for g in monitored.groups if g.id.startswith("capital-")][:16]
+    groups = [{"variants": list(g.variants), "target": " Brum."} for g in capitals]
+    cb = SAGOCallback({SET: monitored}, eval_steps=40, generation_every=1, max_groups=0, max_new_tokens=6,
+                      n_bootstrap=500)
+    args = TrainingArguments(str(tmp_path), max_steps=40, per_device_train_batch_size=4, learning_rate=5e-3,
+                             lr_scheduler_type="constant", report_to=[], save_strategy="no", use_cpu=True,
+                             disable_tqdm=True, remove_unused_columns=False, logging_steps=10, seed=0)
+    trainer = StabilityTrainer(model=model, args=args, train_dataset=groups, processing_class=tok,
+                               stability_config=StabilityConfig(act_weight=0.0, conf_weight=0.0,
+                                                                task_loss_variants="all"))
+    cb.attach(trainer)
+    with caplog.at_level(logging.INFO, logger="sago_train"):
+        trainer.train()
+    lines = [json.loads(x) for x in (tmp_path / "sago" / "history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in lines] == [0, 40]
+    final = lines[-1]
+    before, after = lines[0]["correctness"][SET]["accuracy"], final["correctness"][SET]["accuracy"]
+    assert after < before - 0.2, (before, after)  # it forgot
+    acc = final["compare"][SET]["accuracy"]["vs_baseline"]
+    assert acc["verdict"] == "worse" and acc["p_value"] < 0.05  # the accuracy verdict, in the history
+    assert final["compare"][SET]["generation"]["vs_baseline"]["verdict"] == "better"  # ...while "more stable"
+    # In the Trainer log: the accuracy change beside the axes' (every number reaches the Trainer's metrics).
+    metrics = cb.last_metrics
+    assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline"] == pytest.approx(acc["mean_diff"])
+    assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline_p"] == pytest.approx(acc["p_value"])
+    messages = [r.getMessage() for r in caplog.records]
+    warning = [m for m in messages if f"accuracy on set '{SET}' fell significantly since the baseline" in m]
+    assert len(warning) == 1 and "forgetting" in warning[0]
+    change = [m for m in messages if m.startswith(f"sago step 40, set '{SET}' vs the baseline (step 0):")]
+    assert len(change) == 1
+    assert "generation" in change[0] and "more stable but less accurate: consistently wrong?" in change[0]
+    assert "accuracy" in change[0] and "less accurate (p" in change[0]
+    summary = [m for m in messages if m.startswith(f"  set '{SET}': ")]
+    assert len(summary) == 1 and "accuracy" in summary[0] and "-> final" in summary[0]
