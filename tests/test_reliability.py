@@ -334,7 +334,7 @@ def test_cli_refuses_a_fresh_run_over_history_before_loading_the_model(tmp_path,
     assert old.read_bytes() == before and len(_history(out)) == 2
 
 
-def _trainer_without_processing_class(out: Path, callback: SAGOCallback, **kwargs):
+def _trainer_without_processing_class(out: Path, callback: SAGOCallback, *, attach: bool = True, **kwargs):
     from transformers import Trainer, TrainingArguments
 
     from ._helpers.tiny import make_byte_tokenizer, make_tiny_model
@@ -344,7 +344,8 @@ def _trainer_without_processing_class(out: Path, callback: SAGOCallback, **kwarg
                              save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
     tr = Trainer(model=make_tiny_model("llama"), args=args, train_dataset=train_dataset(make_byte_tokenizer()),
                  callbacks=[callback], **kwargs)
-    callback.attach(tr)
+    if attach:
+        callback.attach(tr)
     return tr
 
 
@@ -380,6 +381,14 @@ def test_callback_without_a_tokenizer_fails_at_train_begin(tmp_path, caplog):
     cb = SAGOCallback(variant_set(), eval_steps=2, tokenizer=tok, **FAST)
     _trainer_without_processing_class(tmp_path / "d", cb).train()
     assert [h["step"] for h in _history(tmp_path / "d")] == [0, 2] and not cb.failures
+    # A Trainer built as the transformers docs show: the collator holds the tokenizer, no processing_class, the
+    # callback only in callbacks=[...] (not bound): the training dataloader's collate function has it.
+    caplog.clear()
+    cb = SAGOCallback(variant_set(), eval_steps=2, **FAST)
+    _trainer_without_processing_class(tmp_path / "e", cb, attach=False,
+                                      data_collator=DataCollatorWithPadding(tok)).train()
+    assert "from the training data collator's tokenizer" in caplog.text
+    assert [h["step"] for h in _history(tmp_path / "e")] == [0, 2] and not cb.failures
 
 
 

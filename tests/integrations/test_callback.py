@@ -212,6 +212,13 @@ def test_sft_trainer(tmp_path):
     tr.train()
     assert [h["step"] for h in _history(tmp_path)] == [0, 2, 4]
     assert any("eval_sago/num/activation" in h for h in tr.state.log_history)
+    # SAGO's numbers come in a row of their own; TRL's training extras stay in TRL's training rows (its
+    # SFTTrainer.log folds them into whatever row is logged: SAGO logs through the base Trainer.log).
+    extras = ("entropy", "mean_token_accuracy", "num_tokens")
+    sago_rows = [h for h in tr.state.log_history if "eval_sago/num/activation" in h]
+    train_rows = [h for h in tr.state.log_history if "loss" in h]
+    assert sago_rows and not any(k in h for h in sago_rows for k in extras)
+    assert train_rows and all(all(k in h for k in extras) for h in train_rows)
 
 
 def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypatch):
