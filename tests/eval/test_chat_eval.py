@@ -62,7 +62,10 @@ def test_always_renders_each_string_as_one_user_message(tiny_llama):
     vs = VariantSet.from_records(RECS, name="t")
     result = SAGOEvaluator(tiny_llama, tok, layers=[0, -1], max_new_tokens=5, batch_size=3).evaluate(vs)
     assert result.config["chat_template"] == "auto"
-    assert result.config["resolved"] == {"chat_template": "always", "correctness": {"t": "contains"}}
+    resolved = result.config["resolved"]
+    assert {k: resolved[k] for k in ("chat_template", "correctness")} == {"chat_template": "always",
+                                                                          "correctness": {"t": "contains"}}
+    assert resolved["answer_stops"] == {"t": []}  # a chat answer ends at EOS and the configured stops only
     assert result.summary()["config"]["resolved"]["chat_template"] == "always"
     assert result.sets["t"].correctness["mode"] == "contains"
     for rec, g in zip(RECS, result.sets["t"].groups):
@@ -72,10 +75,14 @@ def test_always_renders_each_string_as_one_user_message(tiny_llama):
             assert g.axes[axis] == pytest.approx(ref[axis], abs=TOL, nan_ok=True), axis
 
 
-def test_never_keeps_the_plain_prompt_and_prefix_matching(byte_tokenizer, tiny_llama):
+def test_never_keeps_the_plain_prompt_with_contains_matching_and_default_stops(byte_tokenizer, tiny_llama):
     vs = VariantSet.from_records(RECS, name="t")
-    result = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="generation", max_new_tokens=3).evaluate(vs)
-    assert result.config["resolved"] == {"chat_template": "never", "correctness": {"t": "prefix"}}
+    result = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="generation", max_new_tokens=3,
+                           stop_strings=["###"]).evaluate(vs)
+    resolved = result.config["resolved"]
+    assert resolved["chat_template"] == "never" and resolved["correctness"] == {"t": "contains"}
+    assert resolved["answer_stops"] == {"t": ["###", "\n\n"]}  # configured first, then the blank line
+    assert result.sets["t"].correctness["stops"] == ["###", "\n\n"]
 
 
 def test_stop_strings_end_generation_and_are_cut(byte_tokenizer, tiny_llama, monkeypatch):

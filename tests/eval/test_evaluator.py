@@ -198,7 +198,7 @@ def test_multiple_choice_correctness(byte_tokenizer, tiny_llama, monkeypatch):
     assert groups["mc"].correct == [True, False, False]
     assert groups["no-answer"].correct is None
     acc = res.sets["m"].correctness
-    assert acc["n"] == 1 and acc["accuracy"] == pytest.approx(1 / 3) and acc["mode"] == "prefix"
+    assert acc["n"] == 1 and acc["accuracy"] == pytest.approx(1 / 3) and acc["mode"] == "contains"
 
 
 def test_bfloat16_model_runs_and_stays_close_to_float32(byte_tokenizer):

@@ -75,7 +75,7 @@ def test_missing_package_is_one_line_saying_what_to_install(monkeypatch, tmp_pat
 def _fake_source(monkeypatch, tmp_path):
     src = tmp_path / "src.gguf"
     src.write_bytes(b"gguf")
-    monkeypatch.setattr(real_model, "gguf_source", lambda model: src)
+    monkeypatch.setattr(real_model, "gguf_source", lambda model, scratch: src)
 
 
 def test_converts_once_then_reuses(monkeypatch, tmp_path, capsys):
