@@ -15,8 +15,8 @@ from .. import distributed
 from ..data.groups import VariantGroup, VariantSet, too_long_variant
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError, short_repr
-from ..functional.axes import Axis, AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from ..functional.answer import answer_span, answer_stops
+from ..functional.axes import Axis, AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from ..functional.axes.correctness import resolve_match_mode
 from ..functional.findings import split_halves
 from ..functional.similarity import get_similarity
