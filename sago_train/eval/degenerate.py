@@ -107,7 +107,7 @@ def degenerate_warnings(result: EvalResult, stops: StopsOf | None = None) -> lis
                              "--max-new-tokens), or a base model continuing on the answer's line (add a stop "
                              "such as --stop '\\n')")
             else:
-                notes.append(f"note: {text}; raise --max-new-tokens if answers are cut")
+                notes.append(f"{text}; raise --max-new-tokens if answers are cut")
         share = empty_share(s, stops)
         if share is not None and share > EMPTY_SHARE_LIMIT:
             notes.append(f"set '{name}': {share:.0%} of generations are empty, so generation stability and "

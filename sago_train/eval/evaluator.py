@@ -125,10 +125,10 @@ class SAGOEvaluator:
             "answer_stops": {n: self._set_stops(resolved[n]) for n in results},
             "cut_at_max_new_tokens": {
                 n: c for n, r in results.items()
-                if (c := cut_at_limit(r, self._stops, self.tokenizer, self.config.max_new_tokens)) is not None},
+                if (c := cut_at_limit(r, self.stops_for, self.tokenizer, self.config.max_new_tokens)) is not None},
         }
         result = EvalResult(results, self.model_name, config, seed=self.config.seed)
-        result.warnings = degenerate_warnings(result, self._stops)
+        result.warnings = degenerate_warnings(result, self.stops_for)
         return result
 
     def count_sequences(self, sets: SetsLike, generation: bool = True) -> int:
@@ -196,13 +196,13 @@ class SAGOEvaluator:
             out.correctness["stops"] = self._set_stops(vs)
         return out
 
-    def _stops(self, variant: Any) -> list[str]:
+    def stops_for(self, variant: Any) -> list[str]:
         """What ends the answer span of one variant's output (SPEC "correctness")."""
         chat = self.chat_template == "always" or not isinstance(variant, str)
         return answer_stops(variant_text(variant), chat=chat, configured=self.config.stop_strings)
 
     def _set_stops(self, vs: VariantSet) -> list[str]:
-        return list(dict.fromkeys(s for g in vs.groups for v in g.variants for s in self._stops(v)))
+        return list(dict.fromkeys(s for g in vs.groups for v in g.variants for s in self.stops_for(v)))
 
     def _evaluate_groups(
         self,
@@ -324,7 +324,7 @@ class SAGOEvaluator:
                 continue
             outs = outputs[sl] if outputs is not None else None
             # Generation, mirroring and correctness read the answer span; the raw output is recorded.
-            spans = [answer_span(y, self._stops(v)) for y, v in zip(outs, g.variants)] if outs is not None else None
+            spans = [answer_span(y, self.stops_for(v)) for y, v in zip(outs, g.variants)] if outs is not None else None
             inputs = GroupInputs(
                 prompts=[variant_text(v) for v in g.variants],
                 reference=g.references or None,

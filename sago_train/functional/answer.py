@@ -20,9 +20,9 @@ from .text import words
 
 #: The default stop that ends every plain completion's answer: a blank line.
 BLANK_LINE = "\n\n"
-# A scaffold label: at the start of a line, one to three words (letters first, at most 24 characters) and a
-# colon. "Question:", "Q:", "Answer:", "Input text:"; never a clock time or a ratio (a digit first).
-_LABEL = re.compile(r"^[ \t]*([A-Za-z][A-Za-z0-9]*(?: [A-Za-z0-9]+){0,2}):", re.M)
+# A scaffold label: at the start of a line, one to three words (each starting with a letter; at most 24
+# characters) and a colon. "Question:", "Q:", "Answer:", "Input text:"; never a clock time or a ratio.
+_LABEL = re.compile(r"^[ \t]*([A-Za-z][A-Za-z0-9]*(?: [A-Za-z][A-Za-z0-9]*){0,2}):", re.M)
 _MAX_LABEL_CHARS = 24
 
 

@@ -120,7 +120,7 @@ def test_empty_generations_warn_and_name_causes(byte_tokenizer, tiny_llama, monk
     assert len(result.warnings) == 1
     note = result.warnings[0]
     assert "75% of generations are empty" in note
-    assert "chat template 'never'" in note and "['\\n']" in note and "max_new_tokens=32" in note
+    assert "chat template 'never'" in note and "['\\n']" in note and "max_new_tokens=64" in note
     result.write(tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["warnings"] == result.warnings
 
@@ -179,9 +179,13 @@ def test_real_sets_shape():
         assert vs.kinds == ["canonical", "paraphrase", "format", "typo"]
         for g in vs.groups:
             canonical, paraphrase, fmt, typo = g.variants
-            assert g.reference and len(g.reference.split()) <= 3
-            assert fmt == f"Question: {canonical}\nAnswer:"
+            assert g.references and all(len(r.split()) <= 3 for r in g.references)
+            # few-shot completions that a base model answers too: solved questions, then the question
+            assert canonical.count("Question: ") == 3 and canonical.endswith("\nAnswer:")
+            assert fmt == canonical.replace("Question: ", "Q: ").replace("\nAnswer:", "\nA:")
             assert typo != canonical and paraphrase != canonical
+            shots = canonical.rsplit("\n\n", 1)[0]
+            assert all(v.startswith(shots) for v in (paraphrase, typo))
         assert len({g.id for g in vs.groups}) == len(vs)
 
 
