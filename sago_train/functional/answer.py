@@ -4,7 +4,7 @@ A base model does not stop after its answer: fed "Question: What is the capital 
 " Paris.\\n\\nQuestion: What is the capital of Spain?\\nAnswer: Madrid". The **answer span** is the output up to
 its first stop: the configured stop strings and, for plain completions, the default stops that end an answer
 where the model starts a new one: a blank line, or a new line opening with one of the prompt's scaffold labels
-(a word or three and a colon at the start of a prompt line: "Question:", "Q:", "Answer:"). Correctness,
+(a word or two and a colon at the start of a prompt line: "Question:", "Q:", "Answer:"). Correctness,
 generation and mirroring read the span; the raw output stays in the records.
 
 Correctness compares **answer words**: the normalized words of :func:`sago_train.functional.text.words`, with
@@ -20,9 +20,10 @@ from .text import words
 
 #: The default stop that ends every plain completion's answer: a blank line.
 BLANK_LINE = "\n\n"
-# A scaffold label: at the start of a line, one to three words (each starting with a letter; at most 24
-# characters) and a colon. "Question:", "Q:", "Answer:", "Input text:"; never a clock time or a ratio.
-_LABEL = re.compile(r"^[ \t]*([A-Za-z][A-Za-z0-9]*(?: [A-Za-z][A-Za-z0-9]*){0,2}):", re.M)
+# A scaffold label: at the start of a line, one or two words (each starting with a letter; at most 24
+# characters) and a colon. "Question:", "Q:", "Answer:", "Input text:"; never a clock time or a ratio, nor a
+# phrase ending in a colon ("opposite of old:", a terse prompt rather than a field name).
+_LABEL = re.compile(r"^[ \t]*([A-Za-z][A-Za-z0-9]*(?: [A-Za-z][A-Za-z0-9]*)?):", re.M)
 _MAX_LABEL_CHARS = 24
 
 

@@ -27,7 +27,8 @@ QA = "Question: What is the capital of Uruguay?\nAnswer: Montevideo\n\nQuestion:
         ("  Indented label: x", ["Indented label"]),
         ("The meeting is at 10:30.\nRatio 3:1", []),  # a time or a ratio is no label
         ("Note: this is a very long label that goes on: x", ["Note"]),
-        ("A label with four words here: x", []),  # at most three words
+        ("A three-word label: x", []),  # at most two words
+        ("opposite of old:", []),  # a terse prompt, not a field name
         ("mid-line Question: no", []),
     ],
 )
