@@ -46,6 +46,8 @@ _IMPORT_STRUCTURE: dict[str, list[str]] = {
     "functional.stats": ["bootstrap_ci", "paired_comparison"],
     "functional.relations": ["axis_correlation", "kind_effect", "rank_reversal"],
     "model.tiny": ["tiny_model_path", "load_tiny_model"],
+    "model.loading": ["load_model_and_tokenizer"],
+    "model.real": ["real_model_path"],
 }
 _NAME_TO_MODULE = {name: module for module, names in _IMPORT_STRUCTURE.items() for name in names}
 
@@ -95,6 +97,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .integrations.callback import SAGOCallback  # noqa: F401
     from .integrations.early_stopping import SAGOEarlyStoppingCallback  # noqa: F401
     from .integrations.options import EarlyStoppingOptions, MonitorOptions  # noqa: F401
+    from .model.loading import load_model_and_tokenizer  # noqa: F401
+    from .model.real import real_model_path  # noqa: F401
     from .model.tiny import load_tiny_model, tiny_model_path  # noqa: F401
     from .results.evaluation import Evaluation, GroupRecord, SetEvaluation  # noqa: F401
     from .training.collator import VariantGroupCollator  # noqa: F401

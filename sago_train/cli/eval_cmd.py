@@ -22,14 +22,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="measure SAGO of a model on variant sets",
         description="Measure SAGO (per-group instability across variants) of a model on variant sets. With no "
         "--model the shipped tiny model is used; with no --set the bundled sets for that model (the 'real' "
-        "collection for sago://smollm2-135m-instruct, else the 'tiny' one).",
+        "collection for the real models sago://smollm2-135m-instruct and sago://gemma-3-270m, else the 'tiny' one).",
     )
-    p.add_argument("--model", help="model folder (full model or PEFT adapter), sago://tiny-llama or "
-                   "sago://smollm2-135m-instruct (a real instruct model, converted once on first use); "
-                   "default: the shipped tiny model")
+    p.add_argument("--model", help="model folder (full model or PEFT adapter), sago://tiny-llama, "
+                   "sago://smollm2-135m-instruct (a real instruct model) or sago://gemma-3-270m (a real base model; "
+                   "both converted once on first use); default: the shipped tiny model")
     p.add_argument("--set", dest="sets", action="append", metavar="NAME=FILE",
-                   help="a variant set (JSONL), or 'tiny' / 'real' for a bundled collection; repeat for several; "
-                   "default: the bundled sets for the model")
+                   help="a variant set (JSONL), 'tiny' / 'real' for a bundled collection, or one of its sets "
+                   "('real/capitals'); repeat for several; default: the bundled sets for the model")
     # Every evaluation option, its help and its default come from SAGOConfig's fields (declared once there).
     add_dataclass_arguments(p, SAGOConfig, flags={"stop_strings": "--stop"})
     p.add_argument("--dtype", default=None, help="float32|bfloat16|float16 (default: the model's)")
@@ -39,6 +39,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
     return p
+
+
+def stops_text(stops: list[str]) -> str:
+    """Stops as typed on a command line ("\\n\\n", "\\nQuestion:"), or "EOS only"."""
+    return " ".join(repr(s)[1:-1] for s in stops) or "EOS only"
 
 
 def config_from_args(args: argparse.Namespace) -> SAGOConfig:
@@ -114,8 +119,10 @@ def run(args: argparse.Namespace) -> int:
     if main:
         result.model = str(model_path) if args.model else "sago_train tiny model (shipped)"
         print_result(result, console)
-        console.print(f"prompts: chat template {result.config['resolved']['chat_template']}; correctness "
-                      f"{', '.join(f'{k}: {v}' for k, v in result.config['resolved']['correctness'].items()) or '-'}")
+        resolved = result.config["resolved"]
+        console.print(f"prompts: chat template {resolved['chat_template']}; correctness "
+                      f"{', '.join(f'{k}: {v}' for k, v in resolved['correctness'].items()) or '-'}; answer stops "
+                      f"{', '.join(f'{k}: {stops_text(v)}' for k, v in resolved['answer_stops'].items()) or '-'}")
         for note in result.warnings:
             console.print(f"[bold yellow]warning[/bold yellow]: {note}")
         if args.out:

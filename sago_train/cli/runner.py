@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from ..data.groups import VariantSet, too_long_variant
+from ..data.sources import bundled_sets, is_bundled_spec
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..integrations.callback import SAGOCallback
@@ -344,7 +345,11 @@ def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
     validate_set_name(name, source=recipe.source, key=f"monitor.sets.{name[:100]}",
                       line=recipe.lines.get(f"monitor.sets.{name}") or recipe.lines.get("monitor.sets"))
     try:
-        return VariantSet.from_jsonl(recipe.resolve_path(value), name=name)
+        path = recipe.resolve_path(value)
+        if "/" in value and is_bundled_spec(value) and not os.path.exists(path):  # one bundled set: real/capitals
+            (vs,) = bundled_sets(value).values()
+            return VariantSet(name, vs.groups, vs.source)
+        return VariantSet.from_jsonl(path, name=name)
     except SagoInputError as err:
         if err.source is not None and err.line is not None:  # an error inside the set file names that file
             raise

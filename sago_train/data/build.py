@@ -154,7 +154,7 @@ def build_variant_set(
                 id=ex.id,
                 variants=[v.text for v in produced],
                 kinds=([CANONICAL_KIND] if include_original else []) + kinds,
-                reference=ex.reference,
+                reference=list(ex.reference) if isinstance(ex.reference, tuple) else ex.reference,
                 choices=list(ex.choices) if ex.choices is not None else None,
                 answer=answer,
                 meta={**ex.meta, META_KEY: info},

@@ -16,6 +16,7 @@ import yaml
 from ..errors import SagoInputError, did_you_mean, type_name
 from ..io import read_jsonl
 from ..limits import read_bounded_text
+from .groups import ANSWER_HINT, ANSWER_NEEDS_CHOICES, check_reference
 from .render import Draft, PromptFormat
 
 CANONICAL_KIND = "canonical"
@@ -54,7 +55,7 @@ class Example:
     choices: tuple[str, ...] | None = None
     answer: int | None = None
     instruction: str | None = None
-    reference: str | None = None
+    reference: str | tuple[str, ...] | None = None  # a list of aliases is kept as a tuple (the example is frozen)
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -97,7 +98,14 @@ class Example:
             return value
 
         prompt, question = text("prompt"), text("question")
-        instruction, reference = text("instruction"), text("reference")
+        instruction = text("instruction")
+        reference = record.get("reference")
+        try:
+            check_reference(reference)
+        except SagoInputError as err:
+            raise fail(err.message, key="reference", hint=err.hint) from None
+        if isinstance(reference, list):
+            reference = tuple(reference)
 
         fields: list[tuple[str, str]] = []
         raw_fields = record.get("fields")
@@ -159,7 +167,7 @@ class Example:
         answer = record.get("answer")
         if answer is not None:
             if choices is None:
-                raise fail("'answer' needs 'choices'", key="answer")
+                raise fail(ANSWER_NEEDS_CHOICES, key="answer", hint=ANSWER_HINT)
             if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
                 raise fail(
                     f"answer out of range: expected a choice index in [0, {len(choices) - 1}], got {answer!r}",

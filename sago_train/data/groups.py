@@ -30,6 +30,12 @@ CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 # Set names become file names (<out>/<set>.jsonl); restricting them keeps outputs inside the output dir.
 
 
+# 'answer' is the option index of a multiple-choice group; a free-text answer is a 'reference'.
+ANSWER_NEEDS_CHOICES = "'answer' needs 'choices' (it is the index of the correct option)"
+ANSWER_HINT = ("for a free-text answer use 'reference' (e.g. {\"question\": ..., \"reference\": \"Paris\"}); "
+                "'answer' goes with 'choices'")
+
+
 def variant_chars(variant: Any) -> int:
     """Characters in a variant: the string, or all message contents of a chat variant."""
     if isinstance(variant, str):
@@ -46,22 +52,54 @@ def too_long_variant(group: VariantGroup, max_chars: int = MAX_VARIANT_CHARS) ->
     return None
 
 
+def check_reference(value: Any) -> None:
+    """A reference is a non-empty string, or a non-empty list of them (aliases, any one right); raises a
+    :class:`SagoInputError` on ``reference`` otherwise (without location; callers add it)."""
+    if value is None:
+        return
+    aliases = value if isinstance(value, list) else [value]
+    if not aliases:
+        raise SagoInputError("reference is an empty list", key="reference",
+                             hint='give a string, or a list of aliases such as ["Kyiv", "Kiev"]')
+    for i, alias in enumerate(aliases):
+        where = f"alias {i}" if isinstance(value, list) else "reference"
+        if not isinstance(alias, str):
+            raise SagoInputError(f"{where}: expected a string, got {type_name(alias)}", key="reference",
+                                 hint='a reference is a string or a list of strings (aliases, any one right)')
+        if not alias.strip():
+            raise SagoInputError(f"{where} is empty", key="reference", hint="omit it to use the greedy output")
+
+
+def reference_aliases(value: str | list[str] | None) -> list[str]:
+    """Every accepted answer of a reference as given: ``[value]`` for a string, the list itself, ``[]``."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
 @dataclass
 class VariantGroup:
     """One example written K >= 2 ways.
+
+    ``reference`` is the expected continuation; given a list of aliases (``["Kyiv", "Kiev"]``), an answer naming
+    any one of them is right (:attr:`references`), and the first one is *the* reference wherever one string is
+    needed: the confidence axis scores it and training uses it as the target (:attr:`primary_reference`).
 
     Example:
         >>> g = VariantGroup(id="capital-017", variants=["What is the capital of France?", "Name France's capital."],
         ...                  reference=" Paris")
         >>> g.k
         2
+        >>> VariantGroup(id="ua", variants=["Capital of Ukraine?", "Ukraine's capital?"],
+        ...              reference=["Kyiv", "Kiev"]).primary_reference
+        'Kyiv'
     """
 
     id: str
     variants: list[Variant]
     kinds: list[str] | None = None
     canonical: int = 0
-    reference: str | None = None
+    reference: str | list[str] | None = None
     choices: list[str] | None = None
     # The correct option: one index into ``choices`` for all variants, or one per variant when options were
     # shuffled; then ``answer[k]`` is the position in variant k's displayed order (see ``choices_for``).
@@ -74,6 +112,17 @@ class VariantGroup:
     @property
     def k(self) -> int:
         return len(self.variants)
+
+    @property
+    def references(self) -> list[str]:
+        """Every accepted answer (one string, or the aliases of a list); empty without a reference."""
+        return reference_aliases(self.reference)
+
+    @property
+    def primary_reference(self) -> str | None:
+        """The first alias: the continuation the confidence axis scores (None without a reference)."""
+        refs = self.references
+        return refs[0] if refs else None
 
     def answer_for(self, k: int) -> int | None:
         """The correct choice index for variant ``k`` (None without choices)."""
@@ -211,11 +260,7 @@ def validate_group(g: VariantGroup) -> None:
         raise SagoInputError(
             f"expected a variant index in [0, {len(v) - 1}], got {short_repr(g.canonical)}", key="canonical"
         )
-    if g.reference is not None:
-        if not isinstance(g.reference, str):
-            raise SagoInputError(f"expected a string, got {type_name(g.reference)}", key="reference")
-        if not g.reference.strip():
-            raise SagoInputError("reference is empty", key="reference", hint="omit it to use the greedy output")
+    check_reference(g.reference)
     if g.choices is not None:
         if (
             not isinstance(g.choices, list)
@@ -225,7 +270,7 @@ def validate_group(g: VariantGroup) -> None:
             raise SagoInputError("expected a list of at least 2 non-empty strings", key="choices")
     if g.answer is not None:
         if g.choices is None:
-            raise SagoInputError("'answer' needs 'choices'", key="answer")
+            raise SagoInputError(ANSWER_NEEDS_CHOICES, key="answer", hint=ANSWER_HINT)
         answers = g.answer if isinstance(g.answer, list) else [g.answer]
         if isinstance(g.answer, list) and len(g.answer) != len(v):
             raise SagoInputError(

@@ -61,8 +61,9 @@ def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:
 
 
 #: Collections of bundled sets: ``tiny`` probes the shipped tiny model (``assets/sets/*.jsonl``), ``real``
-#: the real instruct model ``sago://smollm2-135m-instruct`` (``assets/sets/real/*.jsonl``: questions with
-#: short references, kinds canonical/paraphrase/format/typo).
+#: the real models ``sago://smollm2-135m-instruct`` and ``sago://gemma-3-270m`` (``assets/sets/real/*.jsonl``,
+#: built by ``scripts/build_real_sets.py``: questions with short references, in forms an instruct and a base
+#: model both answer). ``COLLECTION/SET`` names one set of a collection (``real/capitals``).
 BUNDLED_COLLECTIONS = ("tiny", "real")
 
 
@@ -77,22 +78,46 @@ def bundled_set_paths(collection: str = "tiny") -> dict[str, Path]:
 
 
 def bundled_sets(collection: str = "tiny") -> dict[str, VariantSet]:
-    """Load the example sets shipped with the package (``collection``: ``tiny`` or ``real``)."""
-    return {name: VariantSet.from_jsonl(path, name=name) for name, path in bundled_set_paths(collection).items()}
+    """Load the example sets shipped with the package: a collection (``tiny`` or ``real``), or one set of
+    it (``real/capitals``).
+
+    Example:
+        >>> list(bundled_sets("real/capitals"))
+        ['capitals']
+    """
+    name, _, one = collection.partition("/")
+    paths = bundled_set_paths(name)
+    if one:
+        if one not in paths:
+            raise unknown_name_error("bundled set", collection, [f"{name}/{n}" for n in paths], key="set")
+        paths = {one: paths[one]}
+    return {n: VariantSet.from_jsonl(path, name=n) for n, path in paths.items()}
+
+
+def is_bundled_spec(spec: str) -> bool:
+    """Whether ``spec`` names bundled sets (``tiny``, ``real``, ``real/capitals``) rather than a file: a file
+    of that name, where one exists, wins."""
+    return spec.partition("/")[0] in BUNDLED_COLLECTIONS and "=" not in spec and not os.path.exists(spec)
 
 
 def sets_from_specs(specs: Sequence[str], *, key: str = "set") -> dict[str, VariantSet]:
     """Sets named on a command line (``sago-train eval --set``, ``--sago_sets``): each ``NAME=FILE``, a JSONL
-    path, or a bundled collection (:data:`BUNDLED_COLLECTIONS`) when no file of that name exists. ``key`` names
-    the flag in errors."""
+    path, a bundled collection (:data:`BUNDLED_COLLECTIONS`) or one of its sets (``real/capitals``) when no
+    file of that name exists. ``key`` names the flag in errors."""
     out: dict[str, VariantSet] = {}
     for spec in specs:
-        part = bundled_sets(spec) if spec in BUNDLED_COLLECTIONS and not os.path.exists(spec) else resolve_sets(spec)
+        try:
+            part = bundled_sets(spec) if is_bundled_spec(spec) else resolve_sets(spec)
+        except SagoInputError as err:
+            if err.source is not None:  # an error inside a set file names that file
+                raise
+            raise SagoInputError(err.message, key=key, hint=err.hint) from None
         for name, vs in part.items():
             if name in out:
                 raise SagoInputError(f"two variant sets are named '{name}'", key=key,
                                      hint="give each set a unique name with NAME=FILE")
             out[name] = vs
     if not out:
-        raise SagoInputError("no variant sets given", key=key, hint="e.g. paraphrase=sets/paraphrase.jsonl, or tiny")
+        raise SagoInputError("no variant sets given", key=key,
+                             hint="e.g. paraphrase=sets/paraphrase.jsonl, tiny, real or real/capitals")
     return out

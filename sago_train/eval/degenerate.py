@@ -3,15 +3,23 @@
 A model fed prompts in a format it does not answer (a chat model without its template), cut by a stop
 string that matches at once, or given too few new tokens, produces empty outputs or one same preamble for
 every question. Every variant then "agrees", and the generation axis reads as perfectly stable. These
-checks turn that into a warning that names the likely cause.
+checks turn that into a warning that names the likely cause. Generations that reach ``max_new_tokens`` with
+no stop in them were cut mid-answer, or ran on past the answer on its own line (a base model's "Paris. It is
+the largest city of..."): a note says how many, a warning when they are most of a set.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from ..functional.answer import answer_end, answer_span
 from ..functional.text import normalize
-from ..results.evaluation import Evaluation, SetEvaluation
+from ..results.evaluation import Evaluation, GroupRecord, SetEvaluation
+
+#: Stops of one variant (the evaluator's rule, SPEC "correctness").
+StopsOf = Callable[[Any], list[str]]
 
 #: Above this share of empty generations in a set, the set's generations are flagged.
 EMPTY_SHARE_LIMIT = 0.5
@@ -19,24 +27,33 @@ EMPTY_SHARE_LIMIT = 0.5
 IDENTICAL_SHARE_LIMIT = 0.3
 #: The cross-group check needs a few groups to mean anything.
 MIN_GROUPS_FOR_IDENTICAL = 4
+#: Above this share of generations that reach max_new_tokens with no stop in them, the set is flagged.
+RUN_ON_SHARE_LIMIT = 0.5
 
 
-def empty_share(s: SetEvaluation) -> float | None:
-    """Share of all generated outputs of a set that are empty after normalization (None without any)."""
-    outs = [y for g in s.groups or [] for y in (g.outputs or [])]
+def _spans(g: GroupRecord, stops: StopsOf | None) -> list[str]:
+    outs = g.outputs or []
+    return list(outs) if stops is None else [answer_span(y, stops(v)) for y, v in zip(outs, g.variants)]
+
+
+def empty_share(s: SetEvaluation, stops: StopsOf | None = None) -> float | None:
+    """Share of a set's answers (the answer spans, with ``stops``; else the outputs) that are empty after
+    normalization (None without any)."""
+    outs = [y for g in s.groups or [] for y in _spans(g, stops)]
     return sum(not normalize(y) for y in outs) / len(outs) if outs else None
 
 
-def identical_share(s: SetEvaluation) -> float | None:
-    """Share of groups whose first variant's output (non-empty, normalized) equals the first output of
+def identical_share(s: SetEvaluation, stops: StopsOf | None = None) -> float | None:
+    """Share of groups whose first variant's answer (non-empty, normalized) equals the first answer of
     another group with a different reference (groups sharing a reference may share an answer)."""
-    rows = [(normalize(g.outputs[0]), g.reference) for g in s.groups or [] if g.outputs]
+    rows = [(normalize(_spans(g, stops)[0]), g.reference) for g in s.groups or [] if g.outputs]
     if len(rows) < MIN_GROUPS_FOR_IDENTICAL:
         return None
     by_output: dict[str, set] = {}
     counts = Counter(out for out, _ in rows)
     for out, ref in rows:
-        by_output.setdefault(out, set()).add(normalize(ref) if ref is not None else None)
+        key = None if ref is None else tuple(normalize(r) for r in ([ref] if isinstance(ref, str) else ref))
+        by_output.setdefault(out, set()).add(key)
     flagged = sum(
         1 for out, _ in rows
         if out and counts[out] > 1 and (len(by_output[out]) > 1 or None in by_output[out])
@@ -44,8 +61,27 @@ def identical_share(s: SetEvaluation) -> float | None:
     return flagged / len(rows)
 
 
-def degenerate_warnings(result: Evaluation) -> list[str]:
-    """One line per degenerate set, naming the share and the likely causes."""
+def hit_token_limit(outputs: Sequence[str], tokenizer: Any, max_new_tokens: int) -> list[bool]:
+    """Per output, whether it is ``max_new_tokens`` tokens long, i.e. generation stopped at the limit rather
+    than at EOS. The evaluator keeps the decoded text only, so its tokens are counted by encoding it again
+    (without special tokens); a re-encoding can merge tokens, so an output one token short counts too: an
+    answer ending one token before the limit is then counted as cut, never a cut answer as complete."""
+    return [len(tokenizer(y, add_special_tokens=False)["input_ids"]) >= max_new_tokens - 1 for y in outputs]
+
+
+def cut_at_limit(s: SetEvaluation, stops: StopsOf, tokenizer: Any, max_new_tokens: int) -> dict[str, int] | None:
+    """How many of a set's generations reached ``max_new_tokens`` with no stop in them (``variants``, ``of``
+    the generations; None without any): cut mid-answer, or running on past it."""
+    cut = [hit and answer_end(y, stops(v)) is None
+           for g in s.groups or [] if g.outputs is not None
+           for y, v, hit in zip(g.outputs, g.variants, hit_token_limit(g.outputs, tokenizer, max_new_tokens))]
+    return {"variants": sum(cut), "of": len(cut)} if cut else None
+
+
+def degenerate_warnings(result: Evaluation, stops: StopsOf | None = None) -> list[str]:
+    """One line per degenerate set, naming the share and the likely causes; a note per set where some
+    generations reached ``max_new_tokens`` before their answer ended (``config["resolved"]
+    ["cut_at_max_new_tokens"]``). ``stops``: the stops of a variant, to read answer spans (else outputs)."""
     cfg = result.config
     chat = (cfg.get("resolved") or {}).get("chat_template", cfg.get("chat_template"))
     causes = (
@@ -54,12 +90,27 @@ def degenerate_warnings(result: Evaluation) -> list[str]:
         f"matching at the start, or max_new_tokens={cfg.get('max_new_tokens')} too small"
     )
     notes: list[str] = []
+    cut_counts = (cfg.get("resolved") or {}).get("cut_at_max_new_tokens") or {}
+    limit = cfg.get("max_new_tokens")
     for name, s in result.sets.items():
-        share = empty_share(s)
+        cut = cut_counts.get(name)
+        if cut and cut["variants"]:
+            share = cut["variants"] / cut["of"]
+            text = (f"set '{name}': {cut['variants']} of {cut['of']} generations ({share:.0%}) reached "
+                    f"max_new_tokens={limit} with no end (EOS or a stop): cut mid-answer, or running on past the "
+                    f"answer on its line")
+            if share > RUN_ON_SHARE_LIMIT:
+                notes.append(f"{text}, so generation stability and correctness read more (or less) than the "
+                             f"answer; likely causes: max_new_tokens={limit} too small for the answers (raise "
+                             "--max-new-tokens), or a base model continuing on the answer's line (add a stop "
+                             "such as --stop '\\n')")
+            else:
+                notes.append(f"{text}; raise --max-new-tokens if answers are cut")
+        share = empty_share(s, stops)
         if share is not None and share > EMPTY_SHARE_LIMIT:
             notes.append(f"set '{name}': {share:.0%} of generations are empty, so generation stability and "
                          f"correctness say little; {causes}")
-        share = identical_share(s)
+        share = identical_share(s, stops)
         if share is not None and share > IDENTICAL_SHARE_LIMIT:
             notes.append(f"set '{name}': {share:.0%} of groups give the same answer as an unrelated group, so "
                          f"outputs do not depend on the question; {causes}")

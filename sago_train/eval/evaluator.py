@@ -15,6 +15,7 @@ from .. import distributed
 from ..data.groups import VariantGroup, VariantSet, too_long_variant
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError, short_repr
+from ..functional.answer import answer_span, answer_stops
 from ..functional.axes import Axis, AxisValue, GroupInputs, add_partials, get_axis, variant_correct
 from ..functional.axes.correctness import resolve_match_mode
 from ..functional.findings import split_halves
@@ -28,7 +29,7 @@ from ..results.group import GroupRecord, mean_instability
 from ..results.sets import SetEvaluation
 from ..threads import configure_torch_threads
 from .config import SAGOConfig
-from .degenerate import degenerate_warnings
+from .degenerate import cut_at_limit, degenerate_warnings
 from .extraction import Extractor
 from .plan import axes_computed, needs_generation, select_groups, subset_inputs, variant_text
 
@@ -121,9 +122,15 @@ class SAGOEvaluator:
         config["resolved"] = {
             "chat_template": self.chat_template,
             "correctness": {n: r.correctness.get("mode") for n, r in results.items() if r.correctness.get("n")},
+            # The stops that end an answer span (SPEC "correctness"), and per set how many generations reached
+            # max_new_tokens before any end (EOS or a stop): cut mid-answer, or running on.
+            "answer_stops": {n: self._set_stops(resolved[n]) for n in results},
+            "cut_at_max_new_tokens": {
+                n: c for n, r in results.items()
+                if (c := cut_at_limit(r, self.stops_for, self.tokenizer, self.config.max_new_tokens)) is not None},
         }
         result = Evaluation(results, model=self.model_name, config=config, seed=self.config.seed)
-        result.warnings = degenerate_warnings(result)
+        result.warnings = degenerate_warnings(result, self.stops_for)
         return result
 
     def count_sequences(self, sets: SetsLike, generation: bool = True) -> int:
@@ -183,11 +190,17 @@ class SAGOEvaluator:
                                         n_bootstrap=cfg.n_bootstrap, set_level=set_level,
                                         skipped_axes=[a for a in cfg.axes if a not in names])
         if out.correctness.get("n"):
-            out.correctness["mode"] = "+".join(sorted({self._match_mode(v) for g in vs.groups for v in g.variants}))
+            out.correctness["mode"] = resolve_match_mode(cfg.correctness)
+            out.correctness["stops"] = self._set_stops(vs)
         return out
 
-    def _match_mode(self, variant: Any) -> str:
-        return resolve_match_mode(self.config.correctness, self.chat_template == "always" or not isinstance(variant, str))
+    def stops_for(self, variant: Any) -> list[str]:
+        """What ends the answer span of one variant's output (SPEC "correctness")."""
+        chat = self.chat_template == "always" or not isinstance(variant, str)
+        return answer_stops(variant_text(variant), chat=chat, configured=self.config.stop_strings)
+
+    def _set_stops(self, vs: VariantSet) -> list[str]:
+        return list(dict.fromkeys(s for g in vs.groups for v in g.variants for s in self.stops_for(v)))
 
     def _evaluate_groups(
         self,
@@ -219,7 +232,7 @@ class SAGOEvaluator:
                 prompts = [encode_variant(v, tok, chat=self.chat_template == "always") for v in g.variants]
             except SagoInputError as err:
                 raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group {short_repr(g.id)}") from None
-            ref_len = len(encode_continuation(g.reference, tok)) if g.reference else 0
+            ref_len = len(encode_continuation(g.primary_reference, tok)) if g.reference else 0
             longest = max(len(p) for p in prompts) + max(gen_budget, ref_len)
             if longest > ctx:
                 if cfg.strict:
@@ -259,7 +272,7 @@ class SAGOEvaluator:
         if want_lp:
             known = []
             for _, g, _ in groups:
-                ids = encode_continuation(g.reference, tok) if g.reference else []
+                ids = encode_continuation(g.primary_reference, tok) if g.reference else []
                 known.extend([ids if g.reference is not None else None] * g.k)
         outputs: list[str] | None = None
         hidden = logprobs = None
@@ -273,8 +286,8 @@ class SAGOEvaluator:
         # r: the reference when given, else the canonical variant's greedy output.
         scored_refs: list[str | None] = []
         for (_, g, _), off in zip(groups, offsets):
-            if g.reference is not None:
-                scored_refs.append(g.reference)
+            if g.reference is not None:  # of a list of aliases, the first
+                scored_refs.append(g.primary_reference)
             elif outputs is not None:
                 scored_refs.append(outputs[off + g.canonical])
             else:
@@ -308,10 +321,12 @@ class SAGOEvaluator:
                 skipped[SKIP_NON_FINITE] = skipped.get(SKIP_NON_FINITE, 0) + 1
                 continue
             outs = outputs[sl] if outputs is not None else None
+            # Generation, mirroring and correctness read the answer span; the raw output is recorded.
+            spans = [answer_span(y, self.stops_for(v)) for y, v in zip(outs, g.variants)] if outs is not None else None
             inputs = GroupInputs(
                 prompts=[variant_text(v) for v in g.variants],
-                reference=g.reference,
-                outputs=outs,
+                reference=g.references or None,
+                outputs=spans,
                 hidden=hidden[sl] if hidden is not None else None,
                 layers=self.layers if hidden is not None else None,
                 logprobs=logprobs[sl] if logprobs is not None else None,
@@ -322,9 +337,9 @@ class SAGOEvaluator:
             correct = None
             if outs is not None and (g.reference is not None or g.choices is not None):
                 per = [
-                    variant_correct(y, reference=g.reference, choices=g.choices_for(k), answer=g.answer_for(k),
-                                    mode=self._match_mode(g.variants[k]))
-                    for k, y in enumerate(outs)
+                    variant_correct(y, reference=g.references or None, choices=g.choices_for(k),
+                                    answer=g.answer_for(k), mode=resolve_match_mode(cfg.correctness))
+                    for k, y in enumerate(spans)
                 ]
                 # A group with choices but no answer has no correctness (SPEC), never "wrong".
                 correct = None if any(c is None for c in per) else [bool(c) for c in per]
@@ -339,7 +354,7 @@ class SAGOEvaluator:
                         variants=g.variants,
                         kinds=g.kinds,
                         outputs=outs,
-                        reference=g.reference,
+                        reference=g.reference,  # as given: a string, or the list of aliases
                         scored_reference=r,
                         axes=values,
                         per_variant=per_variant,

@@ -55,10 +55,16 @@ def load_model_and_tokenizer(
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer from a local folder (or a cached hub id).
 
-    ``sago://tiny-llama`` and ``sago://smollm2-135m-instruct`` name the shipped tiny model and the real
-    model converted on first use (:mod:`sago_train.model.real`). A folder with ``adapter_config.json`` is a
-    PEFT adapter: its base model is loaded and the adapter applied. ``trust_remote_code`` stays off unless
-    asked for.
+    ``sago://tiny-llama`` names the shipped tiny model; ``sago://smollm2-135m-instruct`` and
+    ``sago://gemma-3-270m`` the real models converted on first use (:mod:`sago_train.model.real`). A folder
+    with ``adapter_config.json`` is a PEFT adapter: its base model is loaded and the adapter applied.
+    ``trust_remote_code`` stays off unless asked for.
+
+    Example:
+        >>> from sago_train import load_model_and_tokenizer
+        >>> model, tokenizer = load_model_and_tokenizer("sago://tiny-llama", device="cpu")
+        >>> type(model).__name__
+        'LlamaForCausalLM'
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

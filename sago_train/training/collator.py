@@ -41,7 +41,7 @@ def group_of(item: Any, index: int, label: str | None = None) -> tuple[VariantGr
                 key="reference",
                 hint="training groups need the target completion shared by all variants",
             )
-        return item, item.reference
+        return item, item.primary_reference  # the first alias is the one trained on
     if not isinstance(item, Mapping):
         raise SagoInputError(
             f"batch item {index}: expected a variant group (a mapping with 'variants' and 'target'), "

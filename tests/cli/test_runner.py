@@ -68,3 +68,16 @@ def test_layers_accepts_one_int_a_string_or_a_list(cls):
     assert cls(layers="0, -1").layers == [0, -1]
     assert cls(layers=(2, 3)).layers == [2, 3]
     assert cls().layers is None
+
+
+def test_a_recipe_names_one_bundled_set(tmp_path):
+    from sago_train.cli.runner import _load_set
+    from sago_train.data.sources import bundled_sets
+
+    path = tmp_path / "r.yaml"
+    path.write_text(f'sago_train_version: "{__import__("sago_train").__version__}"\nname: r\n'
+                    "model:\n  path: sago://tiny-llama\ndata:\n  train: sago://demo/groups.jsonl\n"
+                    "monitor:\n  sets:\n    caps: real/capitals\n")
+    recipe = load_recipe(path)
+    vs = _load_set(recipe, "caps", recipe.monitor.sets["caps"])
+    assert vs.name == "caps" and len(vs) == len(bundled_sets("real")["capitals"])

@@ -107,12 +107,16 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
         (["--input", "{tmp}/missing.jsonl", "--whitespace"], "file not found"),
         (["--input", "{tmp}/bad.jsonl", "--whitespace"], "bad.jsonl:2: malformed JSON"),
         (["--input", "{tmp}/free.jsonl", "--shuffle-options"], "has no 'choices' to shuffle"),
+        (["--input", "{tmp}/qa.jsonl", "--whitespace"], "for a free-text answer use 'reference'"),
+        (["--input", "{tmp}/empty_alias.jsonl", "--whitespace"], "alias 1 is empty"),
         (["--out", "{tmp}", "--whitespace"], "is a directory"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, examples, extra, expected):
     _write(tmp_path, "bad.jsonl", '{"prompt": "hi there"}\n{"prompt": \n')
     _write(tmp_path, "free.jsonl", '{"prompt": "hi there"}\n')
+    _write(tmp_path, "qa.jsonl", '{"question": "What is the capital of France?", "answer": "Paris"}\n')
+    _write(tmp_path, "empty_alias.jsonl", '{"question": "Capital of Ukraine?", "reference": ["Kyiv", " "]}\n')
     _write(tmp_path, "bad_template.txt", "Q: {nope}\n")
     extra = [x.replace("{tmp}", str(tmp_path)) for x in extra]
     args = ["variants", "--input", str(examples), "--out", str(tmp_path / "o.jsonl")]
@@ -123,3 +127,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, examples, extra, expe
     assert err.startswith("sago-train variants: error: ")
     assert expected in err
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_reference_aliases_pass_through_to_the_groups(tmp_path, capsys):
+    examples = tmp_path / "ua.jsonl"
+    examples.write_text('{"id": "ua", "question": "What is the capital of Ukraine?", "reference": ["Kyiv", "Kiev"]}\n')
+    code, _, err = run_cli(["variants", "--input", str(examples), "--out", str(tmp_path / "o.jsonl"), "--casing",
+                            "lower"], capsys)
+    assert code == 0, err
+    (g,) = VariantSet.from_jsonl(tmp_path / "o.jsonl").groups
+    assert g.reference == ["Kyiv", "Kiev"]

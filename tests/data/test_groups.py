@@ -213,6 +213,13 @@ BAD_RECORDS = [
         "p.jsonl:3: field 'reference': ",
         "expected a string, got integer",
     ),
+    ({"variants": ["x", "y"], "reference": []}, "p.jsonl:3: field 'reference': ", "reference is an empty list"),
+    ({"variants": ["x", "y"], "reference": ["Kyiv", ""]}, "p.jsonl:3: field 'reference': ", "alias 1 is empty"),
+    (
+        {"variants": ["x", "y"], "reference": ["Kyiv", 4]},
+        "p.jsonl:3: field 'reference': ",
+        "alias 1: expected a string, got integer",
+    ),
     ({"variants": ["x", "y"], "choices": ["Paris"]}, "p.jsonl:3: field 'choices': ", "at least 2 non-empty"),
     (
         {"variants": ["x", "y"], "choices": ["Paris", " "]},
@@ -221,6 +228,7 @@ BAD_RECORDS = [
     ),
     ({"variants": ["x", "y"], "choices": "Paris"}, "p.jsonl:3: field 'choices': ", "at least 2 non-empty"),
     ({"variants": ["x", "y"], "answer": 0}, "p.jsonl:3: field 'answer': ", "'answer' needs 'choices'"),
+    ({"variants": ["x", "y"], "answer": 0}, "p.jsonl:3: field 'answer': ", "use 'reference'"),
     (
         {"variants": ["x", "y"], "choices": ["P", "L"], "answer": 2},
         "p.jsonl:3: field 'answer': ",
@@ -571,3 +579,20 @@ def test_resolve_sets_bad_inputs(tmp_path):
         resolve_sets(42)  # type: ignore[arg-type]
     with pytest.raises(SagoInputError, match="file not found"):
         resolve_sets(f"x={tmp_path / 'nope.jsonl'}")
+
+
+def test_reference_aliases_round_trip_and_the_first_is_scored(tmp_path):
+    from sago_train.data.groups import reference_aliases
+
+    g = VariantGroup(id="ua", variants=["Capital of Ukraine?", "Ukraine's capital?"], reference=["Kyiv", "Kiev"])
+    assert g.references == ["Kyiv", "Kiev"] and g.primary_reference == "Kyiv"
+    assert g.to_dict()["reference"] == ["Kyiv", "Kiev"]
+    one = VariantGroup(id="fr", variants=["a", "b"], reference=" Paris")
+    assert one.references == [" Paris"] and one.primary_reference == " Paris"
+    none = VariantGroup(id="n", variants=["a", "b"])
+    assert none.references == [] and none.primary_reference is None
+    assert reference_aliases(None) == [] and reference_aliases("x") == ["x"]
+    path = tmp_path / "s.jsonl"
+    VariantSet("s", [g, one]).to_jsonl(path)
+    back = VariantSet.from_jsonl(path)
+    assert back[0].reference == ["Kyiv", "Kiev"] and back[1].reference == " Paris"

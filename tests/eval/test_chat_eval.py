@@ -62,7 +62,10 @@ def test_always_renders_each_string_as_one_user_message(tiny_llama):
     vs = VariantSet.from_records(RECS, name="t")
     result = SAGOEvaluator(tiny_llama, tok, layers=[0, -1], max_new_tokens=5, batch_size=3).evaluate(vs)
     assert result.config["chat_template"] == "auto"
-    assert result.config["resolved"] == {"chat_template": "always", "correctness": {"t": "contains"}}
+    resolved = result.config["resolved"]
+    assert {k: resolved[k] for k in ("chat_template", "correctness")} == {"chat_template": "always",
+                                                                          "correctness": {"t": "contains"}}
+    assert resolved["answer_stops"] == {"t": []}  # a chat answer ends at EOS and the configured stops only
     assert result.to_summary()["config"]["resolved"]["chat_template"] == "always"
     assert result.sets["t"].correctness["mode"] == "contains"
     for rec, g in zip(RECS, result.sets["t"].groups):
@@ -72,10 +75,14 @@ def test_always_renders_each_string_as_one_user_message(tiny_llama):
             assert g.axes[axis] == pytest.approx(ref[axis], abs=TOL, nan_ok=True), axis
 
 
-def test_never_keeps_the_plain_prompt_and_prefix_matching(byte_tokenizer, tiny_llama):
+def test_never_keeps_the_plain_prompt_with_contains_matching_and_default_stops(byte_tokenizer, tiny_llama):
     vs = VariantSet.from_records(RECS, name="t")
-    result = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="generation", max_new_tokens=3).evaluate(vs)
-    assert result.config["resolved"] == {"chat_template": "never", "correctness": {"t": "prefix"}}
+    result = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="generation", max_new_tokens=3,
+                           stop_strings=["###"]).evaluate(vs)
+    resolved = result.config["resolved"]
+    assert resolved["chat_template"] == "never" and resolved["correctness"] == {"t": "contains"}
+    assert resolved["answer_stops"] == {"t": ["###", "\n\n"]}  # configured first, then the blank line
+    assert result.sets["t"].correctness["stops"] == ["###", "\n\n"]
 
 
 def test_stop_strings_end_generation_and_are_cut(byte_tokenizer, tiny_llama, monkeypatch):
@@ -113,7 +120,7 @@ def test_empty_generations_warn_and_name_causes(byte_tokenizer, tiny_llama, monk
     assert len(result.warnings) == 1
     note = result.warnings[0]
     assert "75% of generations are empty" in note
-    assert "chat template 'never'" in note and "['\\n']" in note and "max_new_tokens=32" in note
+    assert "chat template 'never'" in note and "['\\n']" in note and "max_new_tokens=64" in note
     result.write(tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["warnings"] == result.warnings
 
@@ -172,9 +179,13 @@ def test_real_sets_shape():
         assert vs.kinds == ["canonical", "paraphrase", "format", "typo"]
         for g in vs.groups:
             canonical, paraphrase, fmt, typo = g.variants
-            assert g.reference and len(g.reference.split()) <= 3
-            assert fmt == f"Question: {canonical}\nAnswer:"
+            assert g.references and all(len(r.split()) <= 3 for r in g.references)
+            # few-shot completions that a base model answers too: solved questions, then the question
+            assert canonical.count("Question: ") == 3 and canonical.endswith("\nAnswer:")
+            assert fmt == canonical.replace("Question: ", "Q: ").replace("\nAnswer:", "\nA:")
             assert typo != canonical and paraphrase != canonical
+            shots = canonical.rsplit("\n\n", 1)[0]
+            assert all(v.startswith(shots) for v in (paraphrase, typo))
         assert len({g.id for g in vs.groups}) == len(vs)
 
 

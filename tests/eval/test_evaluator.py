@@ -198,7 +198,7 @@ def test_multiple_choice_correctness(byte_tokenizer, tiny_llama, monkeypatch):
     assert groups["mc"].correct == [True, False, False]
     assert groups["no-answer"].correct is None
     acc = res.sets["m"].correctness
-    assert acc["n"] == 1 and acc["accuracy"] == pytest.approx(1 / 3) and acc["mode"] == "prefix"
+    assert acc["n"] == 1 and acc["accuracy"] == pytest.approx(1 / 3) and acc["mode"] == "contains"
 
 
 def test_bfloat16_model_runs_and_stays_close_to_float32(byte_tokenizer):
@@ -265,3 +265,47 @@ def test_seeded_subset_is_stable_and_independent_of_order():
     assert select_groups(vs, 64, seed=1) != a
     assert select_groups(vs, 0, seed=0) == list(range(100)) == select_groups(vs, None, seed=0)
     assert select_groups(vs, 200, seed=0) == list(range(100))
+
+
+def test_generation_mirroring_and_correctness_read_the_answer_span(byte_tokenizer, tiny_llama, monkeypatch):
+    """Run-on text after a default stop does not count as instability (SPEC "correctness"); the raw output is
+    recorded as it was generated."""
+    from itertools import combinations
+
+    from sago_train.eval.extraction import Extractor
+    from sago_train.functional.axes import mirroring_instability
+    from sago_train.functional.text import token_f1
+
+    qa = "Question: What is the capital of {}?\nAnswer:"
+    recs = [{"id": "fr", "variants": [qa.format("France"), qa.format("france"), "Name the capital of France."],
+             "reference": ["Paris", "Paname"]}]
+    outputs = {qa.format("France"): " Paris\n\nQuestion: What is the capital of Spain?\nAnswer: Madrid",
+               qa.format("france"): " Paris\nQuestion: france france, tell me more",
+               "Name the capital of France.": " Paname.\n\nName the capital of Peru."}
+    by_prompt = {repr(byte_tokenizer(p)["input_ids"]): out for p, out in outputs.items()}
+    monkeypatch.setattr(Extractor, "_prefill_unsupported", lambda *_a: "test: generations patched")
+    monkeypatch.setattr(Extractor, "generate", lambda self, prompts: [by_prompt[repr(list(p))] for p in prompts])
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="generation,mirroring").evaluate(
+        VariantSet.from_records(recs, name="s"))
+    (g,) = res.sets["s"].groups
+    assert g.outputs == [outputs[v] for v in recs[0]["variants"]]  # raw
+    spans = [" Paris", " Paris", " Paname."]
+    prompts = recs[0]["variants"]
+    pairs = list(combinations(spans, 2))
+    assert g.axes["generation"] == pytest.approx(1 - sum(token_f1(a, b) for a, b in pairs) / len(pairs))  # 2/3
+    assert g.axes["mirroring"] == pytest.approx(mirroring_instability(prompts, spans, ["Paris", "Paname"]).value)
+    assert g.axes["mirroring"] == 0.0  # the run-on "france france" would have counted as mirroring
+    assert g.correct == [True, True, True]  # the second alias is right too
+    assert res.config["resolved"]["answer_stops"] == {"s": ["\n\n", "\nQuestion:", "\nAnswer:"]}
+    assert res.sets["s"].correctness["stops"] == ["\n\n", "\nQuestion:", "\nAnswer:"]
+
+
+def test_confidence_scores_the_first_alias(byte_tokenizer, tiny_llama):
+    variants = ["The capital of Ukraine is", "Ukraine's capital is"]
+    first = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="confidence").evaluate(
+        VariantSet.from_records([{"id": "ua", "variants": variants, "reference": [" Kyiv", " Kiev"]}], name="a"))
+    plain = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="confidence").evaluate(
+        VariantSet.from_records([{"id": "ua", "variants": variants, "reference": " Kyiv"}], name="a"))
+    a, b = first.sets["a"].groups[0], plain.sets["a"].groups[0]
+    assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9) and a.scored_reference == " Kyiv"
+    assert a.reference == [" Kyiv", " Kiev"]  # recorded as given

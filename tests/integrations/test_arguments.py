@@ -213,3 +213,10 @@ def test_stop_strings_read_backslash_escapes_like_the_eval_cli():
     assert sago.sago_config().stop_strings == ["\n", "Q:"]
     cli = config_from_args(build_parser().parse_args(["eval", "--stop", "\\n", "--stop", "Q:"]))
     assert cli.stop_strings == sago.sago_config().stop_strings
+
+
+def test_sago_sets_names_one_bundled_set():
+    from sago_train.data import bundled_sets
+
+    sets = parse(["--sago_sets", "real/capitals", "tiny"]).variant_sets()
+    assert list(sets)[0] == "capitals" and len(sets["capitals"]) == len(bundled_sets("real")["capitals"])

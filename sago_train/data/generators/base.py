@@ -77,11 +77,10 @@ class _ContentGenerator(VariantGenerator, ABC):
 def _reference_is_label(example: Example) -> bool:
     if example.reference is None or example.answer is None:
         return False
-    ref = example.reference.strip()
     a = example.answer
-    return ref in {
-        c.format(x) for x in (chr(65 + a), chr(97 + a), str(a + 1)) for c in ("{}", "{}.", "({})", "{})")
-    }
+    labels = {c.format(x) for x in (chr(65 + a), chr(97 + a), str(a + 1)) for c in ("{}", "{}.", "({})", "{})")}
+    aliases = [example.reference] if isinstance(example.reference, str) else example.reference
+    return any(ref.strip() in labels for ref in aliases)
 
 
 def _no_label_reference(example: Example, generator: str) -> None:

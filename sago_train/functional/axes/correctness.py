@@ -10,9 +10,11 @@ import numpy as np
 
 from ...errors import unknown_name_error
 from .. import stats
-from ..text import normalize, words
+from ..answer import answer_words
+from ..text import words
 
-#: ``auto`` resolves per variant: ``contains`` for a chat-rendered prompt, ``prefix`` for a plain completion.
+#: ``auto`` = ``contains`` for chat-rendered and plain prompts alike: instruct and base models both answer in
+#: sentences ("The capital of Germany is Berlin."), judged on the answer span (:mod:`..answer`).
 MATCH_MODES = ("auto", "prefix", "contains", "exact")
 
 # A label written as a label: the whole answer ("B", "(B)", "B.", "B)", "B:"), a leading label with its
@@ -27,38 +29,43 @@ _PHRASE = re.compile(
 )
 
 
-def resolve_match_mode(mode: str, chat_rendered: bool) -> str:
-    """The match mode used for one variant: ``auto`` -> ``contains`` when its prompt was chat-rendered,
-    else ``prefix``; any other mode as it is."""
+def resolve_match_mode(mode: str) -> str:
+    """The match mode used: ``auto`` -> ``contains``; any other mode as it is."""
     if mode not in MATCH_MODES:
         raise unknown_name_error("correctness mode", mode, MATCH_MODES, key="correctness")
-    if mode == "auto":
-        return "contains" if chat_rendered else "prefix"
-    return mode
+    return "contains" if mode == "auto" else mode
 
 
-def is_correct(output: str, reference: str, mode: str = "prefix") -> bool:
-    """Whether ``output`` answers ``reference``: ``prefix`` (the reference's normalized words start the
-    output's), ``exact`` (normalized strings equal) or ``contains`` (the words appear contiguously, on word
-    boundaries). ``auto`` is resolved by the caller (:func:`resolve_match_mode`).
+def is_correct(output: str, reference: str | Sequence[str], mode: str = "prefix") -> bool:
+    """Whether ``output`` (an answer span) answers ``reference`` (a string, or a list of aliases of which any
+    one is right): ``prefix`` (the reference's words start the output's), ``exact`` (the words are equal) or
+    ``contains`` (the words appear contiguously, on word boundaries). Words are
+    :func:`~sago_train.functional.answer.answer_words`: normalized, numerals and number words in one form.
+    ``auto`` is resolved by the caller (:func:`resolve_match_mode`).
 
     Example:
         >>> is_correct(" Paris, of course.", " Paris")
         True
         >>> is_correct("The capital of France is Paris.", "Paris", "contains")
         True
+        >>> is_correct("A week has 7 days.", "seven", "contains"), is_correct("Kiev.", ["Kyiv", "Kiev"], "exact")
+        (True, True)
     """
     if mode not in MATCH_MODES or mode == "auto":
         raise unknown_name_error("correctness mode", mode, [m for m in MATCH_MODES if m != "auto"],
                                  key="correctness")
-    ref, out = words(reference), words(output)
-    if mode == "exact":
-        return normalize(output) == normalize(reference)
-    if not ref:
-        return False
-    if mode == "prefix":
-        return out[: len(ref)] == ref
-    return _occurs(ref, out)
+    aliases = [reference] if isinstance(reference, str) else list(reference)
+    out = answer_words(output)
+    for alias in aliases:
+        ref = answer_words(alias)
+        if mode == "exact":
+            if out == ref:
+                return True
+        elif not ref:
+            continue
+        elif (out[: len(ref)] == ref) if mode == "prefix" else _occurs(ref, out):
+            return True
+    return False
 
 
 def _occurs(needle: list[str], hay: list[str]) -> bool:
@@ -116,7 +123,8 @@ def choice_index(output: str, choices: Sequence[str]) -> int | None:
 
 
 def variant_correct(
-    output: str, *, reference: str | None, choices: Sequence[str] | None, answer: int | None, mode: str
+    output: str, *, reference: str | Sequence[str] | None, choices: Sequence[str] | None, answer: int | None,
+    mode: str,
 ) -> bool | None:
     """Per-variant correctness, or None when the group has none: no reference and no choices, or choices
     without an answer (SPEC: never counted as wrong). ``mode`` is a resolved mode (not ``auto``)."""

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..text import words
 from .registry import AxisValue, GroupInputs, register_axis
 
 
-def mirroring_instability(prompts: list[str], outputs: list[str], reference: str | None = None) -> AxisValue:
+def mirroring_instability(
+    prompts: list[str], outputs: list[str], reference: str | Sequence[str] | None = None
+) -> AxisValue:
     """``M = mean_k m_k``: ``m_k`` is the share of ``y_k``'s words (with multiplicity) that occur only in
-    ``x_k`` — in no other variant and not in the reference. An empty output scores 0."""
+    ``x_k`` — in no other variant and not in the reference (in none of its aliases, for a list). An empty
+    output scores 0."""
     prompt_words = [set(words(p)) for p in prompts]
-    ref_words = set(words(reference)) if reference else set()
+    aliases = [reference] if isinstance(reference, str) else list(reference or [])
+    ref_words = {w for alias in aliases for w in words(alias)}
     per_variant = []
     for k, y in enumerate(outputs):
         others = set().union(*(w for j, w in enumerate(prompt_words) if j != k))

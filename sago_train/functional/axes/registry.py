@@ -17,7 +17,7 @@ class GroupInputs:
     """Everything extracted for one group, handed to each axis function."""
 
     prompts: list[str]  # the text of each variant (chat messages joined), for word-level axes
-    reference: str | None  # the group's gold reference, if any
+    reference: str | list[str] | None  # the group's gold reference (or its aliases), if any
     outputs: list[str] | None = None  # greedy continuations y_k
     hidden: Any = None  # torch.Tensor [K, L, H] float32
     # The decoder block (0-based) of each of hidden's L layers: per-layer extras are keyed ``layer_<block>``.

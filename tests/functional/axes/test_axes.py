@@ -455,14 +455,13 @@ def test_choice_index_numeric_options_are_texts_not_positions():
     assert choice_index("2", ["3", "4", "5"]) is None
 
 
-def test_match_mode_auto_resolves_by_rendering():
+def test_match_mode_auto_is_contains_for_every_prompt():
     from sago_train.functional.axes.correctness import resolve_match_mode
 
-    assert resolve_match_mode("auto", chat_rendered=True) == "contains"
-    assert resolve_match_mode("auto", chat_rendered=False) == "prefix"
-    assert resolve_match_mode("exact", chat_rendered=True) == "exact"
+    assert resolve_match_mode("auto") == "contains"  # chat-rendered and plain completions alike (SPEC)
+    assert resolve_match_mode("exact") == "exact"
     with pytest.raises(SagoInputError, match="Did you mean 'contains'"):
-        resolve_match_mode("contain", chat_rendered=True)
+        resolve_match_mode("contain")
 
 
 def test_variant_correct():
