@@ -101,3 +101,18 @@ def test_bundled_sets_give_non_degenerate_accuracy(gemma):
     assert sum(acc > 0.2 for acc in canonical.values()) >= 2, canonical
     assert not any("reached max_new_tokens" in w and "base model" in w for w in result.warnings), result.warnings
     assert all(not math.isnan(s.summaries["generation"].mean) for s in result.sets.values())
+
+
+def test_the_one_prefill_path_serves_gemma_3(gemma, monkeypatch):
+    """Gemma 3's hybrid cache (sliding-window layers of 512 tokens, and global ones) takes the one-prefill path
+    (no separate generation or scoring pass), equal to the one-variant-at-a-time reference."""
+    from sago_train.eval.extraction import Extractor
+
+    def boom(*_a, **_k):
+        raise AssertionError("fell back to separate passes")
+
+    model, tok = gemma
+    assert model.config.sliding_window == 512 and "sliding_attention" in model.config.layer_types
+    monkeypatch.setattr(Extractor, "generate", boom)
+    monkeypatch.setattr(Extractor, "score", boom)
+    test_batched_evaluation_matches_one_variant_at_a_time(gemma)
