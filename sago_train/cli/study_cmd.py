@@ -1,0 +1,124 @@
+"""``sago-train study``: the paper's findings across models, in one command: every model (or checkpoint, or
+adapter) evaluated on the same variant sets, then per model the split-half reliability of each axis and set, per
+set the axis relations, and across sets each set's ranking of the models, Kendall's tau between sets and the
+robust rank flips (``compare``), with ``report.md`` and its plots (``report``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import SagoInputError
+from ..eval.config import SAGOConfig
+from ..io import check_output_dir, is_safe_name
+from ..results.layout import SUMMARY
+from .dataclass_args import add_dataclass_arguments
+
+DEFAULT_MODELS = ("smollm2=sago://smollm2-135m-instruct", "gemma=sago://gemma-3-270m")
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "study",
+        help="evaluate several models on the same sets: reliability, axis relations, rankings and rank flips",
+        description="Evaluate several models, checkpoints or adapters on the same variant sets (each into "
+        "OUT/NAME, as 'sago-train eval --out' writes it), then compare them: each set's ranking of the models per "
+        "axis, Kendall's tau between the sets' rankings and the robust rank flips (as 'sago-train compare'), and "
+        "OUT/report/report.md with the per-model split-half reliability, the per-set axis relations and the plots "
+        "(as 'sago-train report'). Default models: the two real models (" + ", ".join(DEFAULT_MODELS) + ").",
+    )
+    p.add_argument("--model", dest="models", action="append", metavar="NAME=PATH",
+                   help="a model folder (full model or PEFT adapter) or sago:// model, named NAME in the output; "
+                   "repeat for several (at least 2)")
+    p.add_argument("--set", dest="sets", action="append", metavar="NAME=FILE",
+                   help="a variant set (JSONL), 'real' / 'tiny' for a bundled collection, or one of its sets "
+                   "('real/capitals'); repeat for several (default: real)")
+    add_dataclass_arguments(p, SAGOConfig, flags={"stop_strings": "--stop"})
+    p.add_argument("--out", required=True, metavar="DIR", help="one evaluation directory per model, and report/")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep a model's evaluation already in OUT/NAME (evaluated with the same options) instead of "
+                   "evaluating it again")
+    p.add_argument("--dtype", default=None, help="float32|bfloat16|float16 (default: the model's)")
+    p.set_defaults(func=run)
+    return p
+
+
+def parse_models(values: list[str] | None) -> list[tuple[str, str]]:
+    """``NAME=PATH`` (or a bare PATH, named after its last part) -> ``[(name, path)]``; names are unique and
+    become folder names.
+
+    Example:
+        >>> parse_models(["a=sago://smollm2-135m-instruct", "runs/demo-real/augment"])
+        [('a', 'sago://smollm2-135m-instruct'), ('augment', 'runs/demo-real/augment')]
+    """
+    out: list[tuple[str, str]] = []
+    for value in values or list(DEFAULT_MODELS):
+        name, sep, path = value.partition("=")
+        if not sep or "://" in name:
+            name, path = Path(value.rstrip("/")).name or value, value
+        if not is_safe_name(name):
+            raise SagoInputError(f"model name {name!r} cannot be a folder name", key="model",
+                                 hint="use letters, digits, '_', '-', '+' or '.' (NAME=PATH)")
+        if name in (n for n, _ in out):
+            raise SagoInputError(f"two models named {name!r}", key="model", hint="give each a NAME=PATH")
+        out.append((name, path))
+    if len(out) < 2:
+        raise SagoInputError(f"a study compares at least 2 models, got {len(out)}", key="model")
+    return out
+
+
+def _same_options(path: Path, config: SAGOConfig, model: str) -> bool:
+    import json
+
+    try:
+        data = json.loads((path / SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    recorded = {k: v for k, v in (data.get("config") or {}).items() if k not in ("resolved", "generation")}
+    return data.get("model") == model and recorded == config.to_dict()
+
+
+def run(args: argparse.Namespace) -> int:
+    from .eval_cmd import config_from_args
+
+    config = config_from_args(args)
+    models = parse_models(args.models)
+    out = Path(args.out)
+    check_output_dir(str(out), what="--out")
+    from ..analysis.compare import compare_evaluations, load_sources
+    from ..analysis.report import write_report
+    from ..data.sources import sets_from_specs
+    from ..eval.evaluator import SAGOEvaluator
+    from ..functional.formatting import fmt_num
+    from .compare_cmd import print_comparison
+    from .console import make_console
+
+    console = make_console()
+    sets = sets_from_specs(args.sets or ["real"], key="set")
+    timings = {}
+    for name, path in models:
+        target = out / name
+        if args.reuse and _same_options(target, config, path):
+            console.print(f"study: {name}: reusing {target}")
+            continue
+        start = time.perf_counter()
+        result = SAGOEvaluator.from_pretrained(path, dtype=args.dtype, config=config).evaluate(sets)
+        result.model = path
+        result.write(target)
+        timings[name] = time.perf_counter() - start
+        accuracy = ", ".join(f"{s}: {fmt_num(v.accuracy.mean) if v.accuracy else '-'}" for s, v in result.sets.items())
+        console.print(f"study: {name} ({path}) evaluated in {timings[name]:.0f} s; accuracy {accuracy}")
+        for note in result.warnings:
+            console.print(f"study: {name}: warning: {note}")
+    evals = load_sources([str(out / name) for name, _ in models], last_only=True)
+    for ev, (name, _) in zip(evals, models):
+        ev.label = name
+    comparison = compare_evaluations(evals)
+    print_comparison(comparison, console)
+    report = write_report(evals, out / "report")
+    console.print(f"study: wrote {report.markdown} (reliability per model, axis relations per set, rank reversal, "
+                  f"plots) and {len(models)} evaluation directories under {out}"
+                  + (f"; evaluations took {sum(timings.values()):.0f} s" if timings else ""))
+    return 0
