@@ -233,6 +233,7 @@ HELP_OPTIONS = {
     "compare": ["DIR", "--axis", "--json"],
     "variants": ["--input", "--out", "--templates", "--format", "--instructions", "--typo-rate", "--casing",
                  "--seed"],
+    "study": ["--model", "--set", "--out", "--reuse"],
 }
 
 
