@@ -29,8 +29,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "axis, Kendall's tau between the sets' rankings and the robust rank flips (as 'sago-train compare'), and "
         "OUT/report/report.md with the per-model split-half reliability, the per-set axis relations and the plots "
         "(as 'sago-train report'), and OUT/report/comparison.json (as 'sago-train compare --json'); the findings are "
-        "printed as report.md states them. --reuse keeps the evaluations and recomputes the rest (seconds). "
-        "Default models: the two real models (" + ", ".join(DEFAULT_MODELS) + ").",
+        "printed as report.md states them. --reuse keeps the evaluations and recomputes the rest (about 2 minutes "
+        "for `make study`). Default models: the two real models (" + ", ".join(DEFAULT_MODELS) + ").",
     )
     p.add_argument("--model", dest="models", action="append", metavar="NAME=PATH",
                    help="a model folder (full model or PEFT adapter) or sago:// model, named NAME in the output; "
