@@ -10,7 +10,6 @@ error rate), whatever the number of sets and axes. Pure numpy:
   attainable p-value in place of its own): where it cannot, the output says "not enough groups to test" rather
   than "not shown".
 - :func:`bonferroni_confidence` -- the level of each of ``m`` intervals that hold together with ``1 - alpha``.
-- :func:`resamples_for` -- bootstrap resamples enough to place the quantiles of such an interval.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["NOT_ENOUGH_TO_TEST", "bonferroni_confidence", "holm", "holm_reachable", "resamples_for"]
+__all__ = ["NOT_ENOUGH_TO_TEST", "bonferroni_confidence", "holm", "holm_reachable"]
 
 #: The words for a claim the groups at hand cannot support at the family's error rate (never a claim, never
 #: silence).
@@ -78,15 +77,3 @@ def bonferroni_confidence(alpha: float, m: int) -> float:
         0.995
     """
     return 1.0 - float(alpha) / max(1, int(m))
-
-
-def resamples_for(confidence: float, at_least: int, per_tail: int = 20) -> int:
-    """Bootstrap resamples enough that each tail beyond a two-sided ``confidence`` interval's bounds holds about
-    ``per_tail`` resamples (a percentile bound from a handful of draws is noise), and at least ``at_least``.
-
-    Example:
-        >>> resamples_for(0.95, 2000), resamples_for(1 - 0.05 / 27, 2000)
-        (2000, 21600)
-    """
-    tail = (1.0 - float(confidence)) / 2.0
-    return max(int(at_least), int(math.ceil(per_tail / tail - 1e-9)))

@@ -97,7 +97,15 @@ def test_spearman_bootstrap_matches_a_per_resample_loop():
     idx = np.random.default_rng(11).integers(0, 30, size=(300, 30))
     boot = np.array([sps.spearmanr(x[i], y[i]).statistic for i in idx])
     boot = boot[np.isfinite(boot)]
-    assert (lo, hi) == (pytest.approx(np.quantile(boot, 0.025)), pytest.approx(np.quantile(boot, 0.975)))
+    # Fisher's z with the bootstrap standard error: tanh(atanh(rho) +- 1.96 sd(atanh(rho*))).
+    se = np.std(np.arctanh(boot), ddof=1)
+    z = sps.norm.ppf(0.975)
+    want = np.tanh(np.arctanh(ref.statistic) - z * se), np.tanh(np.arctanh(ref.statistic) + z * se)
+    assert (lo, hi) == (pytest.approx(want[0]), pytest.approx(want[1]))
+    # At a Bonferroni level (27 pairs) the same standard error, a wider z.
+    _, _, lo27, hi27, _ = spearman_bootstrap(x, y, n_resamples=300, seed=11, confidence=1 - 0.05 / 27)
+    z27 = sps.norm.ppf(1 - 0.025 / 27)
+    assert hi27 == pytest.approx(np.tanh(np.arctanh(ref.statistic) + z27 * se)) and lo27 < lo
 
 
 def _exact_spearman_p(x: np.ndarray, y: np.ndarray) -> float:
