@@ -47,7 +47,10 @@ def paired_flip_test(a: Evaluation, b: Evaluation, set_name: str, axis: str, *, 
     va, vb = a.group_values(set_name, axis), b.group_values(set_name, axis)
     if va is None or vb is None:
         return None
-    v = stats.paired_verdict_by_id(va, vb, ids=ids, higher_is_better=higher_is_better(axis), alpha=alpha, seed=seed)
+    # The CI's resamples: the fewer of the two evaluations' own (2000 unless they were made with fewer).
+    n_resamples = min(a.sets[set_name].n_bootstrap, b.sets[set_name].n_bootstrap)
+    v = stats.paired_verdict_by_id(va, vb, ids=ids, higher_is_better=higher_is_better(axis), alpha=alpha,
+                                   n_resamples=n_resamples, seed=seed)
     if v is None or v.n == 0:
         return None
     return {"verdict": v.verdict, "mean_diff": v.mean_diff, "ci_low": v.ci_low, "ci_high": v.ci_high,

@@ -29,8 +29,8 @@ class KindEffect(_JsonMixin):
     a ``note`` saying why not).
 
     ``extreme`` is the kind with the highest mean (the lowest with ``extreme="min"`` in :func:`kind_effect`) and
-    ``p_extreme`` the largest of its post-hoc p-values against every other kind (one-sided Wilcoxon signed-rank
-    across groups, Holm over the other kinds): it is named only when that is below alpha too. ``p_min`` is the
+    ``p_extreme`` the largest of its post-hoc p-values against every other kind (two-sided Wilcoxon signed-rank
+    across groups, in its direction, Holm over the other kinds): it is named only when that is below alpha too. ``p_min`` is the
     smallest Friedman p-value ``n`` groups can give; ``p_holm``, ``family`` and ``reachable`` come from
     :func:`kind_family` (Holm over the kind tests one command prints; until then a family of one)."""
 
@@ -75,15 +75,22 @@ KIND_TEST_K2 = ("not tested with K = 2: a pairwise axis gives both variants of a
 
 
 def _posthoc(x: np.ndarray, top: int, extreme: str) -> float:
-    """The largest Holm-adjusted one-sided Wilcoxon p that column ``top`` exceeds (``extreme="max"``) or falls
-    below (``"min"``) each other column, groups paired by row."""
-    alternative = "greater" if extreme == "max" else "less"
+    """The largest Holm-adjusted paired Wilcoxon p that column ``top`` exceeds (``extreme="max"``) or falls
+    below (``"min"``) each other column, groups paired by row. Two-sided, because ``top`` was picked by the data
+    (the highest mean): a one-sided test in the direction the data chose errs twice as often; a difference
+    against that direction counts as p = 1."""
+    sign = 1.0 if extreme == "max" else -1.0
     p = []
     for j in range(x.shape[1]):
         if j == top:
             continue
-        d = x[:, top] - x[:, j]
-        p.append(1.0 if bool(np.all(d == 0)) else float(_quiet(_st.wilcoxon, d, alternative=alternative).pvalue))
+        d = sign * (x[:, top] - x[:, j])
+        if bool(np.all(d == 0)):
+            p.append(1.0)
+            continue
+        res = _quiet(_st.wilcoxon, d)
+        p.append(float(res.pvalue) if float(np.sum(_st.rankdata(np.abs(d[d != 0])) * np.sign(d[d != 0]))) > 0
+                 else 1.0)
     return max(holm(p))
 
 
@@ -99,8 +106,8 @@ def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list
     both variants the same value by construction. Fewer than 2 usable groups gives NaN statistic and
     p-value; data with no variation within any group gives statistic 0 and p-value 1.
 
-    Post hoc, ``extreme`` names that kind and ``p_extreme`` is the largest of its one-sided Wilcoxon p-values
-    against each other kind (Holm over the K - 1 of them); ``p_min`` is the Friedman p-value of the most extreme
+    Post hoc, ``extreme`` names that kind and ``p_extreme`` is the largest of its two-sided Wilcoxon p-values
+    against each other kind (Holm over the K - 1 of them; 1 where the signed ranks lean the other way); ``p_min`` is the Friedman p-value of the most extreme
     data on ``n`` groups (every group ranking the kinds alike: statistic ``n (K - 1)``).
 
     Raises:
