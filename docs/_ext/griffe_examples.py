@@ -1,6 +1,7 @@
-"""A Griffe extension for the API reference (mkdocs.yml): the docstrings head their doctests ``Example:``, which
-the Google-style parser reads as a plain admonition (its ``>>>`` lines would render as nested quotes); renamed
-``Examples:`` here, they render as code. The docstrings themselves stay as they are."""
+"""A Griffe extension for the API reference (mkdocs.yml): the docstrings head their doctests ``Example:`` (or
+``Example (a custom training loop):``), which the Google-style parser reads as a plain admonition whose ``>>>``
+lines would render as nested quotes; renamed ``Examples:`` here, they render as code. The docstrings themselves
+stay as they are (tests/test_docstrings.py runs them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ _EXAMPLE_HEADER = re.compile(r"^(\s*)Examples? ?(?:\([^)\n]*\))?:\s*$", flags=re
 
 
 class ExampleSections(Extension):
-    """Renames each docstring's ``Example:`` section header to ``Examples:`` as objects are loaded."""
+    """Renames each docstring's example section header to ``Examples:`` as objects are loaded."""
 
     def on_instance(self, *, obj: Any, **kwargs: Any) -> None:
         if obj.docstring is not None:
