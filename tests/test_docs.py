@@ -66,7 +66,8 @@ def test_manual_builds_strictly(tmp_path):
     html = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
     for public in _public_names():
         assert f'id="sago_train.{public}"' in html, public
-    assert "Examples:" in html and "&gt;&gt;&gt;" in html  # doctests render as code (docs/_ext/griffe_examples.py)
+    # Doctests render as code and Sphinx roles as code spans (docs/_ext/griffe_docstrings.py).
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in html and ":class:" not in html and ":func:" not in html
     benchmarks = (tmp_path / "site" / "benchmarks" / "index.html").read_text(encoding="utf-8")
     assert "bench_loss.py" in benchmarks  # BENCHMARKS.md included whole
 
