@@ -234,7 +234,6 @@ def test_callback_example_then_reading_the_run(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("[0, 2] ")
 
 
-@pytest.mark.slow
 def test_readme_stability_example(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     trainer = run_block("README.md", "trainer = StabilityTrainer(", {})["trainer"]
