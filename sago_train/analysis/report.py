@@ -12,7 +12,8 @@ state is never touched, so this is safe inside notebooks and tests):
 (drawn in :mod:`sago_train.analysis.report_plots`). ``report.md`` embeds them by relative path and adds the last
 evaluation per set and axis (mean [CI]), accuracy, the change since the run's baseline, the findings with
 their tests (:mod:`sago_train.analysis.report_findings`), and - with several runs - the paired comparison of each run
-against the first on the groups both evaluated.
+against the first on the groups both evaluated and each entry's accuracy beside the stability axes it ranks first
+on (:mod:`sago_train.analysis.accuracy_beside`); a significant fall in accuracy is a warning (docs/accuracy.md).
 
 Everything here reads the JSON files; the statistics come from :mod:`sago_train.functional.stats` and
 :mod:`sago_train.functional.findings`.
