@@ -19,6 +19,7 @@ from ..functional import findings, relations, stats
 from ..functional.axes.registry import higher_is_better
 from ..functional.multiplicity import NOT_ENOUGH_TO_TEST, holm, holm_reachable
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
+from .accuracy_beside import accuracy_beside
 from .common_groups import SetScope, scores, set_scope
 
 __all__ = ["ACCURACY", "ALPHA", "BETWEEN", "INSTABILITY", "available_axes", "compare_evaluations", "ordered_union",
@@ -130,6 +131,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
                                     "verdict", "top_change", "family"}],
                          "reversal": {"pairs", "flipped", "robust", "unknown"}}},
          "families": {"axes" | "instability": {"tested", "alpha", "robust"}},
+         "accuracy": {"scores", "checks", "notes"},                # beside every ranking (analysis.accuracy_beside)
          "notes": [...]}
 
     Every entry is scored on the groups of the set that all entries evaluated (recomputed from the per-group
@@ -241,9 +243,10 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
     entries = [
         {"label": e.label, "path": str(e.path), "kind": e.source, "step": e.step, "model": e.model} for e in evals
     ]
+    beside = accuracy_beside(evals, sets, scopes, out_axes, paired_flip_test)  # docs/accuracy.md
     return stats.to_jsonable({"entries": entries, "sets": sets, "scope": scope_lines,
                               "groups": {s: scopes[s].to_dict() for s in sets}, "axes": out_axes,
-                              "families": families, "notes": notes})
+                              "families": families, "accuracy": beside, "notes": notes})
 
 
 def _flip_text(axis: str, f: dict[str, Any]) -> str:
