@@ -39,9 +39,12 @@ def test_holm_controls_the_family_wise_rate_under_a_global_null():
 
 def test_holm_reachable_is_holm_with_the_most_extreme_p():
     rng = np.random.default_rng(3)
-    for _ in range(50):
+    for trial in range(80):
         p = list(rng.random(5) * 0.2)
         p_min = list(rng.random(5) * 0.05)
+        if trial % 2:  # ties, and a p_min above its own p
+            p[1] = p[3] = p[0]
+            p_min[2] = 0.5
         got = holm_reachable(p, p_min, 0.05)
         for i in range(5):
             trial = list(p)
