@@ -142,6 +142,11 @@ def tiny_null(reps: int, seed: int, cache: Path | None) -> dict:
     rows = []
     for d in dirs:
         ev = load_evaluation(d)
+        for s in ev.sets.values():
+            # summary.json does not keep a set's kinds (the evaluator found them aligned); the records do.
+            kinds = {tuple(g.kinds or ()) for g in s.groups or []}
+            if s.kinds is None and len(kinds) == 1 and kinds != {()}:
+                s.kinds = list(next(iter(kinds)))
         rows.append({**_eval_claims(ev), **_flip_claims(ns.shuffled_entries(ev, 6, rng))})
     return _tally(rows)
 
