@@ -92,7 +92,7 @@ def _kind_note(set_name: str, axis: str, eff: KindEffect) -> str | None:
         named = (f"lowest on '{eff.extreme}' ({value})" if axis == "correct" else
                  f"'{eff.extreme}' variants move most ({value})")
         return (f"{set_name}: {what} depends on the variant kind ({omnibus}); {named}: post-hoc paired Wilcoxon "
-                f"against each other kind, Holm {p_text(eff.p_extreme)}")
+                f"against each other kind, Holm over every comparison of the evaluation {p_text(eff.p_extreme)}")
     if verdict == "depends on the kind":
         return (f"{set_name}: {what} depends on the variant kind ({omnibus}); no single kind stands out from every "
                 f"other (post-hoc paired Wilcoxon of '{eff.extreme}', Holm {p_text(eff.p_extreme)})")

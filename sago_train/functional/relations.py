@@ -28,9 +28,10 @@ class KindEffect(_JsonMixin):
     """Per-kind means over groups and a test of whether the kind matters (``test``: "friedman", or "none" with
     a ``note`` saying why not).
 
-    ``extreme`` is the kind with the highest mean (the lowest with ``extreme="min"`` in :func:`kind_effect`) and
-    ``p_extreme`` the largest of its post-hoc p-values against every other kind (two-sided Wilcoxon signed-rank
-    across groups, in its direction, Holm over the other kinds): it is named only when that is below alpha too. ``p_min`` is the
+    ``extreme`` is the kind with the highest mean (the lowest with ``extreme="min"`` in :func:`kind_effect`),
+    ``p_posthoc`` its raw post-hoc p-value against each other kind (two-sided Wilcoxon signed-rank across groups,
+    1 where the signed ranks lean the other way) and ``p_extreme`` the largest of them Holm-adjusted (over the
+    other kinds; over every comparison of the family after :func:`kind_family`): it is named only when that is below alpha too. ``p_min`` is the
     smallest Friedman p-value ``n`` groups can give; ``p_holm``, ``family`` and ``reachable`` come from
     :func:`kind_family` (Holm over the kind tests one command prints; until then a family of one)."""
 
@@ -42,6 +43,7 @@ class KindEffect(_JsonMixin):
     n: int
     note: str = ""
     extreme: str = ""
+    p_posthoc: dict[str, float] = dataclasses.field(default_factory=dict)
     p_extreme: float = _NAN
     p_min: float = _NAN
     p_holm: float = _NAN
@@ -74,24 +76,23 @@ KIND_TEST_K2 = ("not tested with K = 2: a pairwise axis gives both variants of a
                 "value by construction, so any difference is float noise")
 
 
-def _posthoc(x: np.ndarray, top: int, extreme: str) -> float:
-    """The largest Holm-adjusted paired Wilcoxon p that column ``top`` exceeds (``extreme="max"``) or falls
-    below (``"min"``) each other column, groups paired by row. Two-sided, because ``top`` was picked by the data
-    (the highest mean): a one-sided test in the direction the data chose errs twice as often; a difference
-    against that direction counts as p = 1."""
+def _posthoc(x: np.ndarray, top: int, extreme: str, kinds: list[str]) -> dict[str, float]:
+    """The paired Wilcoxon p that column ``top`` exceeds (``extreme="max"``) or falls below (``"min"``) each
+    other column, groups paired by row. Two-sided, because ``top`` was picked by the data (the highest mean): a
+    one-sided test in the direction the data chose errs twice as often; signed ranks leaning the other way give
+    p = 1."""
     sign = 1.0 if extreme == "max" else -1.0
-    p = []
-    for j in range(x.shape[1]):
+    out = {}
+    for j, kind in enumerate(kinds):
         if j == top:
             continue
         d = sign * (x[:, top] - x[:, j])
-        if bool(np.all(d == 0)):
-            p.append(1.0)
-            continue
-        res = _quiet(_st.wilcoxon, d)
-        p.append(float(res.pvalue) if float(np.sum(_st.rankdata(np.abs(d[d != 0])) * np.sign(d[d != 0]))) > 0
-                 else 1.0)
-    return max(holm(p))
+        d = d[d != 0]
+        if not d.size or float(np.sum(_st.rankdata(np.abs(d)) * np.sign(d))) <= 0:
+            out[kind] = 1.0
+        else:
+            out[kind] = float(_quiet(_st.wilcoxon, d).pvalue)
+    return out
 
 
 def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list[str], *,
@@ -106,8 +107,9 @@ def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list
     both variants the same value by construction. Fewer than 2 usable groups gives NaN statistic and
     p-value; data with no variation within any group gives statistic 0 and p-value 1.
 
-    Post hoc, ``extreme`` names that kind and ``p_extreme`` is the largest of its two-sided Wilcoxon p-values
-    against each other kind (Holm over the K - 1 of them; 1 where the signed ranks lean the other way); ``p_min`` is the Friedman p-value of the most extreme
+    Post hoc, ``extreme`` names that kind, ``p_posthoc`` holds its two-sided Wilcoxon p-values against each other
+    kind (1 where the signed ranks lean the other way) and ``p_extreme`` the largest of them after Holm over the
+    K - 1; ``p_min`` is the Friedman p-value of the most extreme
     data on ``n`` groups (every group ranking the kinds alike: statistic ``n (K - 1)``).
 
     Raises:
@@ -145,15 +147,19 @@ def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list
     p_min = float(_st.chi2.sf(n * (k - 1), k - 1))
     top = int(np.argmax(x.mean(axis=0)) if extreme == "max" else np.argmin(x.mean(axis=0)))
     if bool(np.all(x == x[:, :1])):
-        return KindEffect(kinds, means, 0.0, 1.0, "friedman", n, extreme=kinds[top], p_extreme=1.0, p_min=p_min)
+        return KindEffect(kinds, means, 0.0, 1.0, "friedman", n, extreme=kinds[top],
+                          p_posthoc={k: 1.0 for i, k in enumerate(kinds) if i != top}, p_extreme=1.0, p_min=p_min)
     res = _quiet(_st.friedmanchisquare, *(x[:, i] for i in range(k)))
     return KindEffect(kinds, means, float(res.statistic), float(res.pvalue), "friedman", n, extreme=kinds[top],
-                      p_extreme=_posthoc(x, top, extreme), p_min=p_min)
+                      p_posthoc=(post := _posthoc(x, top, extreme, kinds)), p_extreme=max(holm(list(post.values()))),
+                      p_min=p_min)
 
 
 def kind_family(effects: Mapping[K, KindEffect], *, alpha: float = ALPHA) -> dict[K, KindEffect]:
-    """The kind tests one command prints, corrected together: Holm over every Friedman test run, each with its
-    adjusted p, the family size and whether its groups could pass ``alpha`` at all.
+    """The kind tests one command prints, corrected together: Holm over every Friedman test run (each with its
+    adjusted p, the family size and whether its groups could pass ``alpha`` at all), and Holm over every
+    post-hoc comparison of them, so that naming a kind holds the family's rate too (``p_extreme`` = the largest
+    adjusted p of that kind's comparisons).
 
     Example:
         >>> e = kind_effect([[0.1, 0.2, 0.9]] * 8, ["a", "b", "c"])
@@ -164,8 +170,11 @@ def kind_family(effects: Mapping[K, KindEffect], *, alpha: float = ALPHA) -> dic
     tested = [k for k, e in effects.items() if e.test == "friedman" and math.isfinite(e.p_value)]
     p = [effects[k].p_value for k in tested]
     out = dict(effects)
+    comparisons = [(k, kind) for k in tested for kind in effects[k].p_posthoc]
+    post = dict(zip(comparisons, holm([effects[k].p_posthoc[kind] for k, kind in comparisons])))
     for k, ph, ok in zip(tested, holm(p), holm_reachable(p, [effects[k].p_min for k in tested], alpha)):
-        out[k] = dataclasses.replace(effects[k], p_holm=ph, family=len(tested), reachable=ok)
+        p_extreme = max((post[(k, kind)] for kind in effects[k].p_posthoc), default=_NAN)
+        out[k] = dataclasses.replace(effects[k], p_holm=ph, family=len(tested), reachable=ok, p_extreme=p_extreme)
     return out
 
 
