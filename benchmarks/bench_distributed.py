@@ -101,11 +101,14 @@ def fsdp_units(model: torch.nn.Module) -> dict[str, int]:
         if group is not None:
             units[name] = "resharded" if group.post_forward_mesh_info is not None else "kept"
             out[units[name]] += 1
+    world = torch.distributed.get_world_size() if units else 1
     for pname, p in model.named_parameters():
-        # A parameter belongs to the innermost unit whose name prefixes its own (a DTensor's numel is the full one).
+        # A parameter belongs to the innermost unit whose name prefixes its own. Its gathered size is its full
+        # size (a DTensor's shape is the full one) with dim 0 padded to a multiple of the ranks, as sharded.
         owner = max((u for u in units if not u or pname.startswith(u + ".")), key=len, default=None)
-        if owner is not None:
-            out[f"{units[owner]}_bytes"] += p.numel() * p.element_size()
+        if owner is not None and p.dim():
+            rows = -(-p.shape[0] // world) * world
+            out[f"{units[owner]}_bytes"] += rows * (p.numel() // p.shape[0]) * p.element_size()
     return out
 
 

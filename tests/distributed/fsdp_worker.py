@@ -140,6 +140,7 @@ def run_evaluator(out: Path) -> dict[str, Any]:
     from accelerate import Accelerator
     from transformers import AutoTokenizer
 
+    from benchmarks.bench_distributed import fsdp_units, measure, predicted
     from sago_train import SAGOEvaluator, VariantSet, tiny_model_path
 
     accelerator = Accelerator(cpu=True)
@@ -149,9 +150,14 @@ def run_evaluator(out: Path) -> dict[str, Any]:
         model, _ = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.0))
     ev = SAGOEvaluator(model, tok, axes="activation,activation_rel,confidence,generation", layers=[0, 3],
                        max_new_tokens=6, batch_size=2, n_bootstrap=100)
-    result = ev.evaluate(VariantSet.from_records(UNEVEN, name="uneven"))
-    records = [{"id": g.id, "axes": g.axes, "outputs": g.outputs} for g in result.sets["uneven"].groups]
-    return {"records": records, "sharding": sharding(model)}
+    results = []
+    cost = measure(model, lambda: results.append(ev.evaluate(VariantSet.from_records(UNEVEN, name="uneven"))))
+    # Every group has a reference: the prompt pass has one batch per generate call.
+    cost["predicted"] = predicted(forwards=cost["forwards"], decode_forwards=cost["decode_forwards"],
+                                  generate_calls=cost["generate_calls"], batches=cost["generate_calls"], sets=1,
+                                  units=fsdp_units(model))
+    records = [{"id": g.id, "axes": g.axes, "outputs": g.outputs} for g in results[0].sets["uneven"].groups]
+    return {"records": records, "cost": cost, "sharding": sharding(model)}
 
 
 def groups_dataset() -> list[dict]:
