@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import tempfile
-import time
 from typing import Any
 
 
@@ -25,28 +23,27 @@ def run(cmd: list[str], *, timeout: float = 300, **kwargs: Any) -> subprocess.Co
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def run_together(cmds: list[list[str]], *, timeout: float = 300, **kwargs: Any) -> list[subprocess.CompletedProcess]:
-    """:func:`run` for several commands at once (each in its own session, every one killed on timeout); their
-    output goes through files, so that a chatty one never blocks on a full pipe while another is awaited."""
-    with contextlib.ExitStack() as stack:
-        files = [(stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
-                 for _ in cmds]
-        procs = [subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True, **kwargs)
-                 for cmd, (out, err) in zip(cmds, files)]
-        deadline = time.monotonic() + timeout
+class Started:
+    """A command started in the background (its own session; output through files, so that a chatty one never
+    blocks on a full pipe), finished with :meth:`finish`; :meth:`kill` ends it and its children."""
+
+    def __init__(self, cmd: list[str], **kwargs: Any) -> None:
+        self.cmd = cmd
+        self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, text=True, start_new_session=True,
+                                     **kwargs)
+
+    def finish(self, timeout: float) -> subprocess.CompletedProcess:
         try:
-            for proc in procs:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            late = [" ".join(cmd) for cmd, proc in zip(cmds, procs) if proc.poll() is None]
-            for proc in procs:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-            raise AssertionError(f"timed out after {timeout} s: {late}") from None
-        done = []
-        for cmd, proc, (out, err) in zip(cmds, procs, files):
-            out.seek(0)
-            err.seek(0)
-            done.append(subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read()))
-    return done
+            self.kill()
+            raise AssertionError(f"timed out after {timeout} s: {' '.join(self.cmd)}") from None
+        self.out.seek(0)
+        self.err.seek(0)
+        return subprocess.CompletedProcess(self.cmd, self.proc.returncode, self.out.read(), self.err.read())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()

@@ -11,10 +11,13 @@ Scenarios:
   rank 0 evaluates 3, rank 1 two), activations at blocks 1 and 3, confidence, generation (8 new tokens: the
   model's answers end with EOS after different numbers of steps on each rank). Learning rate 0: the weights
   stay as loaded, so every evaluation must equal the one-process one.
+- ``evaluator``: ``SAGOEvaluator`` on the sharded model (no Trainer), on :data:`UNEVEN`, with its collectives
+  counted (benchmarks/bench_distributed.py).
 - ``stability`` / ``lora``: ``StabilityTrainer``, 3 optimizer steps of 4 groups (2 per rank under 2 processes,
   4 in one), the centroid stability loss (its terms are per-group means, so the mean over ranks is the mean
   over the 4 groups), plain and with a LoRA adapter.
-- ``sft``: the same with ``StabilitySFTTrainer`` (TRL).
+- ``sft`` / ``sft-fp32``: the same with ``StabilitySFTTrainer`` (TRL), in bf16 (SFTConfig's default) / in
+  float32 (DeepSpeed on CPU: transformers refuses bf16 there).
 
 On a CPU-only machine accelerate does not shard (see :mod:`tests.distributed.cpu_fsdp`), so the worker lets it.
 Each rank also records whether its model really is sharded, what each evaluation wrote on it, and how many
@@ -41,6 +44,16 @@ def world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def on_cpu() -> bool:
+    """Train on the CPU: without CUDA, and not under DeepSpeed (see :func:`deepspeed`)."""
+    return not torch.cuda.is_available() and not deepspeed()
+
+
+def sharded_launch() -> bool:
+    """Launched by accelerate with an FSDP or DeepSpeed config."""
+    return deepspeed() or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+
+
 def deepspeed() -> bool:
     """Launched by accelerate with a DeepSpeed config (the Trainer must then not be told to use the CPU: accelerate
     takes its DeepSpeed path only for an accelerator, and DeepSpeed's own CPU accelerator serves instead)."""
@@ -64,8 +77,8 @@ def training_args(out: Path, cls: Any = None, **kw: Any) -> Any:
     cls = cls or TrainingArguments
     _, size = world()
     defaults = dict(output_dir=str(out), max_steps=STEPS, per_device_train_batch_size=GLOBAL_GROUPS // size,
-                    logging_steps=1, learning_rate=1e-3, report_to=[], use_cpu=not deepspeed(), save_strategy="no",
-                    ddp_backend="gloo" if deepspeed() else None,
+                    logging_steps=1, learning_rate=1e-3, report_to=[], use_cpu=on_cpu(), save_strategy="no",
+                    ddp_backend="gloo" if deepspeed() and not torch.cuda.is_available() else None,
                     disable_tqdm=True, seed=0, data_seed=0, dataloader_num_workers=0)
     return cls(**{**defaults, **kw})
 
@@ -143,10 +156,10 @@ def run_evaluator(out: Path) -> dict[str, Any]:
     from benchmarks.bench_distributed import fsdp_units, measure, predicted
     from sago_train import SAGOEvaluator, VariantSet, tiny_model_path
 
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=on_cpu())
     model, _ = load_tiny()
     tok = AutoTokenizer.from_pretrained(tiny_model_path(), local_files_only=True, add_bos_token=False)
-    if world()[1] > 1:  # FSDP2 through accelerate prepares the model with its optimizer
+    if sharded_launch():  # FSDP2 through accelerate prepares the model with its optimizer
         model, _ = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.0))
     ev = SAGOEvaluator(model, tok, axes="activation,activation_rel,confidence,generation", layers=[0, 3],
                        max_new_tokens=6, batch_size=2, n_bootstrap=100)
@@ -166,7 +179,7 @@ def groups_dataset() -> list[dict]:
     return tiny_groups(STEPS * GLOBAL_GROUPS)
 
 
-def run_stability(out: Path, *, lora: bool = False, sft: bool = False) -> dict[str, Any]:
+def run_stability(out: Path, *, lora: bool = False, sft: bool = False, fp32: bool = False) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     from sago_train import StabilityConfig
@@ -194,7 +207,9 @@ def run_stability(out: Path, *, lora: bool = False, sft: bool = False) -> dict[s
     if sft:
         from trl import SFTConfig
 
-        args = training_args(out, cls=SFTConfig)
+        # SFTConfig trains in bf16 by default; transformers refuses bf16 on a CPU it is not told to use
+        # (use_cpu=False, as DeepSpeed on CPU needs), hence the float32 scenario.
+        args = training_args(out, cls=SFTConfig, bf16=not fp32)
         trainer = trainers.StabilitySFTTrainer(args=args, **kwargs)
     else:
         trainer = trainers.StabilityTrainer(args=training_args(out, remove_unused_columns=False), **kwargs)
@@ -216,7 +231,8 @@ def main() -> None:
     allow_fsdp_on_cpu()
     rank, size = world()
     runs = {"callback": run_callback, "evaluator": run_evaluator, "stability": run_stability,
-            "lora": lambda o: run_stability(o, lora=True), "sft": lambda o: run_stability(o, sft=True)}
+            "lora": lambda o: run_stability(o, lora=True), "sft": lambda o: run_stability(o, sft=True),
+            "sft-fp32": lambda o: run_stability(o, sft=True, fp32=True)}
     for name in scenarios:
         folder = out / name
         folder.mkdir(parents=True, exist_ok=True)

@@ -5,25 +5,22 @@ TRL's SFT trainer in bf16); only the main process writes; nothing hangs when a r
 evaluation's collectives are what docs/distributed.md's cost model says.
 
 One ``accelerate launch`` runs every scenario of :mod:`tests.distributed.fsdp_worker`, beside the same worker
-in one process (the reference); the tests read what both wrote.
+in one process (the reference) and a DDP launch of ``recipes/accelerate/ddp.yaml``; the tests read what they
+wrote.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from .._helpers.proc import run_together
+from .conftest import ROOT, assert_same, finish_launch, jsonl, ranks, start_launch
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "recipes" / "accelerate" / "fsdp.yaml"
+DDP_CONFIG = ROOT / "recipes" / "accelerate" / "ddp.yaml"
 SCENARIOS = ["callback", "evaluator", "stability", "lora", "sft"]
 TERMS = ("loss", "sago_task_loss", "sago_act_loss", "sago_conf_loss")
 #: fp32: the sharded step sums the two ranks' gradients in another order than one process does (its
@@ -36,70 +33,35 @@ FP32_REL = 1e-5
 BF16_REL = (1e-2, 5e-2)  # first step, later steps
 
 
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-
-
-def launch_line(config: Path, out: Path, scenarios: list[str]) -> list[str]:
-    """``accelerate launch --config_file CONFIG --num_processes 2 -m tests.distributed.fsdp_worker OUT ...``
-    (docs/distributed.md shows it), on a free port."""
-    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
-    return [accelerate, "launch", "--config_file", str(config), "--num_processes", "2", "--main_process_port", "0",
-            "-m", "tests.distributed.fsdp_worker", str(out), *scenarios]
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory, reference) -> dict[str, Path]:
+    """The FSDP launch and a DDP one (``recipes/accelerate/ddp.yaml``), run beside each other and the one-process
+    reference."""
+    started = {"fsdp": start_launch(CONFIG, tmp_path_factory.mktemp("fsdp"), SCENARIOS),
+               "ddp": start_launch(DDP_CONFIG, tmp_path_factory.mktemp("ddp"), ["stability"])}
+    try:
+        return {name: finish_launch(s) for name, s in started.items()}
+    finally:
+        for s in started.values():
+            s.kill()
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("fsdp")
-    sharded, single = run_together([launch_line(CONFIG, out / "fsdp", SCENARIOS),
-                                    [sys.executable, "-m", "tests.distributed.fsdp_worker", str(out / "single"),
-                                     *SCENARIOS]], timeout=600, env=env(), cwd=ROOT)
-    assert sharded.returncode == 0, sharded.stdout[-2000:] + sharded.stderr[-4000:]
-    assert single.returncode == 0, single.stderr[-4000:]
-    return out
-
-
-def ranks(runs: Path, scenario: str) -> list[dict[str, Any]]:
-    return [json.loads((runs / "fsdp" / scenario / f"rank{r}.json").read_text()) for r in range(2)]
-
-
-def reference(runs: Path, scenario: str) -> dict[str, Any]:
-    return json.loads((runs / "single" / scenario / "rank0.json").read_text())
-
-
-def assert_same(a: Any, b: Any, path: str = "", tol: float = 1e-4) -> None:
-    """Equal JSON values, numbers within ``tol`` (NaN equals NaN); a run's duration is not compared."""
-    if isinstance(a, dict):
-        assert set(a) == set(b), (path, set(a) ^ set(b))
-        for key in a:
-            if key != "runtime_s":
-                assert_same(a[key], b[key], f"{path}/{key}", tol)
-    elif isinstance(a, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{path}[{i}]", tol)
-    elif isinstance(a, float) or isinstance(b, float):
-        assert b == pytest.approx(a, abs=tol, nan_ok=True), path
-    else:
-        assert a == b, path
-
-
-def jsonl(path: Path) -> list[Any]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+def runs(launches) -> Path:
+    return launches["fsdp"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_every_rank_holds_a_sharded_model(runs, scenario):
+def test_every_rank_holds_a_sharded_model(runs, reference, scenario):
     for r in ranks(runs, scenario):
         assert r["world_size"] == 2
         # accelerate's FSDP2: fully_shard on every decoder block and the root, parameters as DTensor shards.
         assert r["sharding"]["fsdp2_modules"] >= 5 and r["sharding"]["dtensor_params"] > 0, r["sharding"]
-    assert reference(runs, scenario)["sharding"]["dtensor_params"] == 0
+    assert reference.result(scenario)["sharding"]["dtensor_params"] == 0
 
 
-def test_callback_history_and_records_equal_one_process(runs):
-    one, two = runs / "single" / "callback" / "run" / "sago", runs / "fsdp" / "callback" / "run" / "sago"
+def test_callback_history_and_records_equal_one_process(runs, reference):
+    one, two = reference.wait() / "callback" / "run" / "sago", runs / "callback" / "run" / "sago"
     history = jsonl(two / "history.jsonl")
     assert [h["step"] for h in history] == [0, 2]
     assert_same(jsonl(one / "history.jsonl"), history)
@@ -108,7 +70,7 @@ def test_callback_history_and_records_equal_one_process(runs):
     for rel in records:
         # Every axis of every group, its per-variant values, split halves and outputs.
         assert_same(jsonl(one / rel), jsonl(two / rel), str(rel))
-    for axes in reference(runs, "callback")["means"].values():
+    for axes in reference.result("callback")["means"].values():
         assert {"activation", "confidence", "generation"} <= set(axes), axes  # at blocks 1 and 3, with outputs
 
 
@@ -128,12 +90,12 @@ def test_only_the_main_process_writes(runs):
     assert first["writes"] == [0, 2] and second["writes"] == []
 
 
-def test_evaluator_where_the_ranks_need_different_forwards(runs):
+def test_evaluator_where_the_ranks_need_different_forwards(runs, reference):
     """No BOS token: rank 0's batches have a shared prefix and multi-token references (a prefix pass and a
     continuation pass), rank 1's neither. Before the ranks agreed on both per batch, this evaluation hung."""
     first, second = ranks(runs, "evaluator")
     assert first["cost"]["forwards"] == second["cost"]["forwards"]
-    assert_same(reference(runs, "evaluator")["records"], first["records"])
+    assert_same(reference.result("evaluator")["records"], first["records"])
     assert first["records"] == second["records"]
 
 
@@ -151,8 +113,8 @@ def test_collectives_follow_the_cost_model(runs):
 
 
 @pytest.mark.parametrize("scenario", ["stability", "lora"])
-def test_stability_terms_equal_one_process(runs, scenario):
-    one = reference(runs, scenario)
+def test_stability_terms_equal_one_process(runs, reference, scenario):
+    one = reference.result(scenario)
     first, second = ranks(runs, scenario)
     # The same groups per optimizer step: one process's batch of 4 groups = rank 0's 2 + rank 1's 2.
     assert [[a[0] + b[0], a[1] + b[1]] for a, b in zip(first["batches"], second["batches"])] == one["batches"]
@@ -162,10 +124,21 @@ def test_stability_terms_equal_one_process(runs, scenario):
             assert mine[term] == pytest.approx(ref[term], rel=FP32_REL), (term, mine, ref)
 
 
-def test_sft_trainer_in_bf16(runs):
-    one = reference(runs, "sft")
+def test_sft_trainer_in_bf16(runs, reference):
+    one = reference.result("sft")
     first, _ = ranks(runs, "sft")
     assert len(first["logs"]) == len(one["logs"]) == 3
     for step, (mine, ref) in enumerate(zip(first["logs"], one["logs"])):
         for term in TERMS:
             assert mine[term] == pytest.approx(ref[term], rel=BF16_REL[min(step, 1)]), (term, mine, ref)
+
+
+def test_ddp_config_trains_like_one_process(launches, reference):
+    """``recipes/accelerate/ddp.yaml``: accelerate's DDP on 2 CPU processes, whole copies of the model."""
+    one = reference.result("stability")
+    first, second = ranks(launches["ddp"], "stability")
+    assert first["world_size"] == 2 and sum(first["sharding"].values()) == 0
+    assert [[a[0] + b[0], a[1] + b[1]] for a, b in zip(first["batches"], second["batches"])] == one["batches"]
+    for mine, ref in zip(first["logs"], one["logs"]):
+        for term in TERMS:
+            assert mine[term] == pytest.approx(ref[term], rel=FP32_REL), (term, mine, ref)
