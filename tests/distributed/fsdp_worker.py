@@ -1,5 +1,6 @@
-"""Worker of the sharded-training tests (tests/distributed/test_fsdp.py): Trainer runs on the shipped tiny model,
-each writing ``OUT/<scenario>/rank<r>.json`` (and the Trainer's output under ``OUT/<scenario>/run``).
+"""Worker of the sharded-training tests (tests/distributed/test_fsdp.py and test_deepspeed.py) and of
+benchmarks/cuda_smoke.py's sharded checks: runs on the shipped tiny model, each writing
+``OUT/<scenario>/rank<r>.json`` (and the Trainer's output under ``OUT/<scenario>/run``).
 
     accelerate launch --config_file recipes/accelerate/fsdp.yaml --num_processes 2 \\
         -m tests.distributed.fsdp_worker OUT callback stability lora
