@@ -43,6 +43,7 @@ RUN = {
     ("docs/stability-loss.md", "trainer = StabilityTrainer("): "test_stability_trainer_examples",
     ("docs/stability-loss.md", "trainer = StabilitySFTTrainer("): "test_stability_trainer_examples",
     ("docs/monitoring.md", "parser = TrlParser("): "test_trl_script",
+    ("docs/accuracy.md", "result = compare_evaluations("): "test_accuracy_beside_stability_example",
 }
 #: Each Python block that is only parsed (and its imports checked, tests/test_docs.py), with why it is not run.
 PARSED_ONLY = {
@@ -241,6 +242,15 @@ def test_readme_stability_example(tmp_path, monkeypatch):
     terms = [h for h in trainer.state.log_history if "sago_act_loss" in h]
     assert [h["step"] for h in terms] == [5, 10] and all(math.isfinite(h["sago_act_loss"]) and math.isfinite(h["sago_conf_loss"]) for h in terms)
     assert any(h["sago_act_loss"] > 0 for h in terms)  # two groups per batch: the relative term is defined
+
+
+def test_accuracy_beside_stability_example(capsys):
+    """accuracy.md's example: the entry ranked first on stability alone is named as the less accurate one."""
+    ns = run_block("docs/accuracy.md", "result = compare_evaluations(", {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("set 'capitals'") and "B ranks first but is less accurate than A" in line
+                         and "consistently wrong?" in line for line in lines)
+    assert [c["line"] for c in ns["result"]["accuracy"]["checks"]] == lines
 
 
 @pytest.mark.slow
