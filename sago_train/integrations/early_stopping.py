@@ -203,9 +203,9 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                 hint="evaluate more groups (max_groups, or a larger set), plan fewer evaluations (a larger "
                      "eval_steps), or raise alpha")
         if bad is not None and bad < 1000:
-            self._warn_once("late looks", "sago early stopping: %s: with %d group(s), looks from the %d-th on "
-                            "(unplanned cadence, ever stricter levels) can never stop training; evaluate more "
-                            "groups or set eval_steps", self.metric, n_groups, bad)
+            self._warn_once("late looks", "sago early stopping: %s: with %d group(s), the levels of an "
+                            "unplanned cadence (ever stricter) can never be reached from look %d on, so those looks "
+                            "cannot stop training; evaluate more groups or set eval_steps", self.metric, n_groups, bad)
 
     def level(self, look: int) -> float:
         """The significance level of look ``look`` (1-based; see :func:`~sago_train.functional.sequential.
