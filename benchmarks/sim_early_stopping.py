@@ -38,6 +38,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback
 from sago_train.functional import stats
+from sago_train.functional.stats import Summary
 from sago_train.results.evaluation import Evaluation
 from sago_train.results.group import GroupRecord
 from sago_train.results.sets import SetEvaluation
@@ -91,8 +92,12 @@ def evaluation(step: int, values: np.ndarray) -> Evaluation:
     if values.dtype == bool:
         groups = [GroupRecord(i, axes={"activation": 0.3}, correct=row.tolist()) for i, row in zip(ids, values)]
         return Evaluation({"s": SetEvaluation.from_groups("s", ["activation"], groups, n_bootstrap=10)}, step=step)
-    return Evaluation.from_records(step, {"s": [{"id": i, "axes": {"activation": float(v)}}
-                                                for i, v in zip(ids, values)]})
+    # Built directly rather than by Evaluation.from_records, five times faster: the records carry no
+    # instability (one axis), and the callback reads only the per-group values.
+    groups = [GroupRecord(i, axes={"activation": v}, instability=math.nan) for i, v in zip(ids, values.tolist())]
+    summary = Summary(float(values.mean()), math.nan, math.nan, len(ids))
+    return Evaluation({"s": SetEvaluation("s", ["activation"], {"activation": summary}, n_groups=len(ids),
+                                          _groups=groups)}, step=step)
 
 
 _ARGS: TrainingArguments | None = None
