@@ -86,7 +86,7 @@ study: $(STAMP)
 		--set real --max-groups 12 --out $(STUDY) --reuse
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sago_train tests benchmarks scripts
+	$(VENV)/bin/ruff check sago_train tests benchmarks scripts docs/_ext
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_eval.py
