@@ -38,37 +38,32 @@ def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], ax
 
 class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     """Stop training when ``metric`` has become significantly worse than a reference fixed in advance, with the
-    run-level false-stop rate (the chance that a run without any trend is stopped) at most ``alpha``.
+    run-level false-stop rate (the chance that a run without any trend is stopped) at most ``alpha``; the manual's
+    page docs/early-stopping.md has the rule in full and its measured false-stop rate and power.
 
     ``paired`` mode (default) answers "are the latest evaluations worse than the first ones?": the *reference*
     is the per-group mean of the first ``patience`` evaluations (from ``reference_step``; the step-0 baseline
-    only with ``exclude_baseline=False``), the *window* the per-group mean of the latest ``patience``. From the
-    evaluation that fills the window on, each evaluation is a *look*: the window is compared with the reference,
-    paired by group id, by the one verdict rule of report and compare
-    (:func:`sago_train.functional.stats.decide`: one-sided Wilcoxon ``p < level`` *and* the paired-bootstrap CI
-    at that level excluding 0 on the worse side *and* a change of at least ``min_delta``), and training stops at
-    the first look that is worse. Each look's level is ``alpha / L`` for the ``L`` looks the run plans (the
-    :class:`SAGOCallback` counts them from ``max_steps`` and its cadence at train start), so by the union bound
-    the run stops falsely with a probability of at most ``alpha`` however many evaluations it has; a look past the
-    plan cannot stop. Without a plan (the automatic cadence) look ``k`` gets ``alpha * 10 / ((k + 9)(k + 10))``,
-    a sequence whose sum over any number of looks is ``alpha`` (:func:`~sago_train.functional.sequential.
-    look_level`). It does *not* answer "worse than the best so far": testing against the best at level
-    ``alpha`` stops a trendless run in 11-42% of runs (the best is the luckiest draw). A level the groups cannot
-    reach (a one-sided Wilcoxon p on n groups is at least ``2**-n``) is refused at train start with the number of
-    groups needed; too few shared groups at a look is recorded as ``"not enough groups"``, never as "not worse".
+    only with ``exclude_baseline=False``), the *window* that of the latest ``patience``. Each evaluation from the
+    one that fills the window is a *look*: the window against the reference, paired by group id, by the one
+    verdict rule (:func:`sago_train.functional.stats.decide`) at the look's level; training stops at the first
+    look that is worse. The level is ``alpha / L`` for the ``L`` looks the run plans (:meth:`plan`, called by the
+    :class:`SAGOCallback` at train start), so by the union bound a trendless run is stopped with a probability
+    of at most ``alpha`` however many evaluations it has; a look past the plan cannot stop; without a plan the
+    levels of :func:`sago_train.functional.sequential.look_level` sum to ``alpha`` over any number of looks. It
+    does *not* answer "worse than the best so far": testing each evaluation against the best at level ``alpha``
+    stopped 11-42% of trendless runs (the best is the luckiest draw). A level the groups cannot reach (a one-sided
+    Wilcoxon p on n groups is at least ``2**-n``) is refused at train start, with the number of groups needed.
 
-    ``threshold`` mode compares means only (``current`` worse than the best so far by more than ``min_delta``
-    for ``patience`` evaluations in a row), like transformers' ``EarlyStoppingCallback``: it has **no error
-    control** (noise alone stops it) and says so once in the log.
+    ``threshold`` mode compares means only (worse than the best so far by more than ``min_delta`` for
+    ``patience`` evaluations in a row), like transformers' ``EarlyStoppingCallback``: it has **no error control**
+    (noise alone stops it) and says so once in the log.
 
-    Either way the callback keeps the best evaluation so far (``best_step``, ``best_mean``: the best mean, as the
-    Trainer's ``metric_for_best_model`` picks it; never the step-0 baseline with ``exclude_baseline``, which has no
-    checkpoint; with ``load_best_model_at_end=True`` and ``metric_for_best_model`` naming this ``metric``, the
-    Trainer's own best checkpoint, ``state.best_global_step``). Accuracy (``sago/<set>/accuracy``, higher is
-    better, from the axis registry) can be watched like an axis: a second instance in ``callbacks=[...]`` guards
-    against forgetting while the first watches stability. Only the evaluations that have the watched quantity
-    count (with ``SAGOCallback(generation_every=N)``, those that compute it). Its state survives checkpoint and
-    resume.
+    Either way the best evaluation so far is kept (``best_step``, ``best_mean``; never the step-0 baseline with
+    ``exclude_baseline``, which has no checkpoint; with ``load_best_model_at_end=True`` and
+    ``metric_for_best_model`` naming this ``metric``, the Trainer's best checkpoint). ``sago/<set>/accuracy``
+    (higher is better, from the axis registry) is watched like an axis: a second instance in ``callbacks=[...]``
+    guards against forgetting. Only evaluations that have the watched quantity count (``generation_every``).
+    The state survives checkpoint and resume.
 
     Example:
         >>> stopper = SAGOEarlyStoppingCallback("sago/paraphrase/activation", patience=2, alpha=0.05)

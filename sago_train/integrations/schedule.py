@@ -302,7 +302,8 @@ class Schedule:
         None when the cadence cannot say: the automatic cadence (it follows measured times) or no ``max_steps``."""
         opts, last, start = self.options, int(state.max_steps or 0), int(state.global_step)
         strategy, every = _strategy(args), opts.eval_steps
-        if last <= 0 or (every is None and strategy not in ("steps", "epoch")):
+        if last <= 0 or (every is None and (strategy not in ("steps", "epoch")
+                                            or (strategy == "steps" and not args.eval_steps))):
             return None
         if every is None and strategy == "steps":
             every = max(1, math.ceil(args.eval_steps * last) if args.eval_steps < 1 else int(args.eval_steps))

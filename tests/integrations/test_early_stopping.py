@@ -413,6 +413,13 @@ def test_plan_counts_only_the_evaluations_the_rule_uses():
     assert schedule.planned_steps(args, state, done=0, complete_only=True) == [0, 40, 80, 95]
     assert schedule.planned_steps(args, TrainerState(max_steps=95, global_step=40), done=5) == [50, 60, 70, 80, 90, 95]
     assert Schedule(MonitorOptions()).planned_steps(args, state, done=0) is None  # the automatic cadence
+    # Following the Trainer's evaluations: every eval_steps (a fraction of max_steps too), or each epoch's end.
+    follow = Schedule(MonitorOptions())
+    for targs in (TrainingArguments(output_dir="/tmp/unused", report_to=[], eval_strategy="steps", eval_steps=25),
+                  TrainingArguments(output_dir="/tmp/unused", report_to=[], eval_strategy="steps", eval_steps=0.25),
+                  TrainingArguments(output_dir="/tmp/unused", report_to=[], eval_strategy="epoch")):
+        state = TrainerState(max_steps=100, num_train_epochs=4)
+        assert follow.planned_steps(targs, state, done=0) == [0, 25, 50, 75, 100], targs.eval_strategy
 
 
 def test_reference_step_leaves_earlier_evaluations_out():
