@@ -203,8 +203,8 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                             "cannot stop training; evaluate more groups or set eval_steps", self.metric, n_groups, bad)
 
     def level(self, look: int) -> float:
-        """The significance level of look ``look`` (1-based; see :func:`~sago_train.functional.sequential.
-        look_level`)."""
+        """The significance level of look ``look`` (1-based), from the plan: see
+        :func:`~sago_train.functional.sequential.look_level`."""
         return look_level(self.alpha, look, self.looks)
 
     # ------------------------------------------------------------------ the Trainer's best
