@@ -44,6 +44,8 @@ RUN = {
     ("docs/stability-loss.md", "trainer = StabilitySFTTrainer("): "test_stability_trainer_examples",
     ("docs/monitoring.md", "parser = TrlParser("): "test_trl_script",
     ("docs/accuracy.md", "result = compare_evaluations("): "test_accuracy_beside_stability_example",
+    ("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback("): "test_early_stopping_examples",
+    ("docs/early-stopping.md", "stop.plan(64"): "test_early_stopping_examples",
 }
 #: Each Python block that is only parsed (and its imports checked, tests/test_docs.py), with why it is not run.
 PARSED_ONLY = {
@@ -233,6 +235,21 @@ def test_callback_example_then_reading_the_run(tmp_path, monkeypatch, capsys):
     logged_accuracy = sago_rows(trainer.state.log_history)[2]["eval_sago/paraphrase/accuracy"]
     assert accuracy.mean == pytest.approx(logged_accuracy, rel=1e-6)
     assert capsys.readouterr().out.startswith("[0, 2] ")
+
+
+def test_early_stopping_examples():
+    """early-stopping.md: a stability stopper and an accuracy guard, both accepted by the SAGOCallback's checks at
+    train start (the bundled paraphrase set has references), each with its own plan; then the plan's arithmetic."""
+    from transformers import TrainerState, TrainingArguments
+
+    ns = run_block("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback(", {})
+    sago, stability, forgetting = ns["sago"], ns["stability"], ns["forgetting"]
+    sago.add_listener(stability)
+    sago.add_listener(forgetting)
+    sago._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
+    assert stability.looks == forgetting.looks == 15  # 20 evaluations after the baseline, patience 3
+    ns = run_block("docs/early-stopping.md", "stop.plan(64", {})
+    assert ns["stop"].looks == 15
 
 
 def test_readme_stability_example(tmp_path, monkeypatch):
