@@ -410,6 +410,7 @@ def paired_verdict_by_id(
     higher_is_better: bool = False,
     alpha: float = ALPHA,
     min_delta: float = 0.0,
+    n_resamples: int = 2000,
     seed: int = 0,
 ) -> Verdict | None:
     """:func:`paired_verdict` of two ``{group id: value}`` maps on the ids both have (only ``ids`` when given,
@@ -424,7 +425,8 @@ def paired_verdict_by_id(
     if not common:
         return None
     return paired_verdict(np.array([before[g] for g in common], float), np.array([after[g] for g in common], float),
-                          higher_is_better=higher_is_better, alpha=alpha, min_delta=min_delta, seed=seed)
+                          higher_is_better=higher_is_better, alpha=alpha, min_delta=min_delta,
+                          n_resamples=n_resamples, seed=seed)
 
 
 def paired_verdict(

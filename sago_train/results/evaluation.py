@@ -151,6 +151,19 @@ class Evaluation:
         per_set = {name: {a: s.values(a) for a in s.axes} for name, s in self.sets.items() if s.has_records}
         return findings.axis_relations(per_set, alpha=alpha, n_resamples=self._n_bootstrap, seed=self.seed)
 
+    def reliability(self, alpha: float = findings.ALPHA) -> dict[tuple[str, str], findings.Reliability]:
+        """Finding 1 over the whole evaluation, keyed ``(set, axis)``: every set's split-half reliabilities,
+        Holm-corrected over every (set, axis) together, ``activation_rel`` counted with ``activation`` (see
+        :func:`sago_train.functional.findings.reliability_family`)."""
+        return findings.reliability_family({(name, a): r for name, s in self.sets.items()
+                                            for a, r in s.reliability.items()}, alpha=alpha)
+
+    def kind_effects(self, alpha: float = findings.ALPHA) -> dict[tuple[str, str], relations.KindEffect]:
+        """Every set's variant-kind tests, keyed ``(set, axis)`` (``correct`` for accuracy), Holm-corrected over
+        the whole evaluation (see :func:`sago_train.functional.relations.kind_family`)."""
+        return relations.kind_family({(name, a): e for name, s in self.sets.items()
+                                      for a, e in s.kind_effects.items()}, alpha=alpha)
+
     def slim(self) -> Evaluation:
         """The same evaluation with group records reduced to what paired comparisons need (no variants or
         outputs): what a training run keeps in memory for its baseline and best evaluations."""
@@ -195,12 +208,21 @@ class Evaluation:
             "sago_train_version": __version__,
             "model": self.model,
             "config": self.config,
-            "sets": {name: s.to_summary() for name, s in self.sets.items()},
+            "sets": self._sets_summary(),
             INSTABILITY: None if overall is None else overall.to_dict(),
             "axis_correlation": self.axis_correlation().to_dict(),
             "axis_relations": [r.to_dict() for r in self.axis_relations()],
             "warnings": list(self.warnings),
         })
+
+    def _sets_summary(self) -> dict[str, Any]:
+        """Each set's summary entry, its reliability and kind tests as corrected over the whole evaluation."""
+        out = {name: s.to_summary() for name, s in self.sets.items()}
+        for (name, axis), rel in self.reliability().items():
+            out[name]["reliability"][axis] = rel.to_dict()
+        for (name, axis), eff in self.kind_effects().items():
+            out[name]["kinds"][axis] = eff.to_dict()
+        return out
 
     def write(self, out_dir: str | Path) -> Path:
         """Write ``summary.json`` and one ``<set>.jsonl`` of group records per set (each atomically: an

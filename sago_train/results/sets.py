@@ -202,7 +202,7 @@ class SetEvaluation:
                                                  dtype=float), self.kinds) for a in self.axes}
         correct = [g.correct for g in groups if g.correct is not None]
         if correct and len(correct) == len(groups):
-            out["correct"] = relations.kind_effect(np.array(correct, dtype=float), self.kinds)
+            out["correct"] = relations.kind_effect(np.array(correct, dtype=float), self.kinds, extreme="min")
         return out
 
     @cached_property
