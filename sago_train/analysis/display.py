@@ -1,4 +1,6 @@
-"""Readable console tables for SAGO results (rich)."""
+"""Readable console tables for SAGO results (rich). User text (set names, kinds, the model, notes made from ids
+and kinds) goes through :func:`~sago_train.functional.formatting.user_text`: never read as markup, control
+characters shown as escapes."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
+from ..functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text, user_text
 from ..integrations.keys import display_order
 from ..results.evaluation import Evaluation, SetEvaluation
 
@@ -28,7 +30,7 @@ def constant_axes(s: SetEvaluation) -> dict[str, float]:
 
 
 def set_table(s: SetEvaluation) -> Table:
-    t = Table(title=f"set '{s.name}': {s.n_groups} groups" + (f", {sum(s.skipped.values())} skipped" if s.skipped else ""),
+    t = Table(title=f"set '{user_text(s.name)}': {s.n_groups} groups" + (f", {sum(s.skipped.values())} skipped" if s.skipped else ""),
               title_justify="left")
     t.add_column("axis")
     t.add_column("instability", justify="right")
@@ -37,7 +39,7 @@ def set_table(s: SetEvaluation) -> Table:
     for axis in display_order(list(s.summaries)):
         sm = s.summaries[axis]
         if axis not in constant_axes(s):
-            t.add_row(axis, fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
+            t.add_row(user_text(axis), fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
     sm = s.instability
     if sm is not None:  # None: an evaluation that left axes out (a mean over fewer axes would not compare)
         t.add_row("[bold]instability[/bold]", fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
@@ -47,31 +49,31 @@ def set_table(s: SetEvaluation) -> Table:
 def kind_table(s: SetEvaluation) -> Table | None:
     if not s.kind_effects or s.kinds is None:
         return None
-    t = Table(title=f"set '{s.name}' per kind (per-variant share of each axis; p = Friedman across groups)",
+    t = Table(title=f"set '{user_text(s.name)}' per kind (per-variant share of each axis; p = Friedman across groups)",
               title_justify="left")
     t.add_column("")
     for k in s.kinds:
-        t.add_column(k, justify="right")
+        t.add_column(user_text(k), justify="right")
     t.add_column("p", justify="right")
     for axis, eff in s.kind_effects.items():
         if axis in constant_axes(s):
             continue
         label = "accuracy" if axis == "correct" else axis
-        t.add_row(label, *[fmt_num(eff.means.get(k)) for k in s.kinds], fmt_p(eff.p_value))
+        t.add_row(user_text(label), *[fmt_num(eff.means.get(k)) for k in s.kinds], fmt_p(eff.p_value))
     return t
 
 
 def reliability_table(s: SetEvaluation) -> Table:
     """Finding 1 on one set: split-half reliability of the per-group values of each axis."""
-    t = Table(title=f"set '{s.name}': is per-group instability noise? (split-half reliability)", title_justify="left")
+    t = Table(title=f"set '{user_text(s.name)}': is per-group instability noise? (split-half reliability)", title_justify="left")
     for col in ("axis", "r (halves)", "Spearman-Brown", "p (permutation)", "n", "verdict"):
         t.add_column(col, justify="left" if col in ("axis", "verdict") else "right")
     for axis, rel in s.reliability.items():
         if axis in constant_axes(s):
             continue
         sb = fmt_num(rel.corrected) if rel.corrected is not None else "n/a (r <= 0)"
-        t.add_row(axis, fmt_num(rel.r), sb, fmt_p(rel.p_value), str(rel.n),
-                  rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else ""))
+        t.add_row(user_text(axis), fmt_num(rel.r), sb, fmt_p(rel.p_value), str(rel.n),
+                  user_text(rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else "")))
     return t
 
 
@@ -136,17 +138,17 @@ def _ci(acc: dict[str, Any]) -> str:
 
 def print_result(result: Evaluation, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
+    console.print(f"[bold]SAGO evaluation[/bold] of {user_text(result.model)} (0 = perfectly stable, lower is better)")
     for s in result.sets.values():
         console.print(set_table(s))
         for axis, value in constant_axes(s).items():
-            console.print(f"  {constant_line(axis, value)}")
+            console.print(f"  {user_text(constant_line(axis, value))}")
         if "activation_rel" in s.set_level:
             console.print(f"  between-group activation dispersion {fmt_num(s.between_dispersion)}: activation_rel = "
                           "activation relative to it (1 = variants as far apart as unrelated prompts; a ratio, so "
                           "not in 'instability')")
         for note in s.notes:
-            console.print(f"  note: {note}")
+            console.print(f"  note: {user_text(note)}")
         acc = s.correctness
         if acc.get("n"):
             console.print(
@@ -159,11 +161,11 @@ def print_result(result: Evaluation, console: Console | None = None) -> None:
             console.print(kt)
             for axis, eff in s.kind_effects.items():
                 if eff.note:
-                    console.print(f"  {axis}: {eff.note}")
+                    console.print(f"  {user_text(axis)}: {user_text(eff.note)}")
         console.print(reliability_table(s))
     notes = findings(result)
     if notes:
         console.print(f"[bold]Findings[/bold] (alpha = {ALPHA}; axis relations per set, Holm-corrected over every "
                       f"set and pair; 'distinct' = |rho| < 0.5 across the 95% CI)")
         for n in notes:
-            console.print(f"  - {n}")
+            console.print(f"  - {user_text(n)}")

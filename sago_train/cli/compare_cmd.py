@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..functional.formatting import fmt_num
-from ..io import atomic_write_json
+from ..io import atomic_write_json, check_output_path
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -40,8 +40,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def print_comparison(result: dict[str, Any], console: Any) -> None:
     """First what each set is scored on (the common groups, or not); then rich tables: the entries, and per axis
     the scores with ranks, Kendall's tau and the flips."""
-    from rich.markup import escape as esc
     from rich.table import Table
+
+    from .console import user_text as esc
 
     for line in result.get("scope", []):
         console.print(esc(line))
@@ -49,8 +50,8 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
     for col in ("label", "kind", "step", "directory", "model"):
         entries.add_column(col)
     for e in result["entries"]:
-        entries.add_row(esc(e["label"]), e["kind"], "-" if e["step"] is None else str(e["step"]), esc(e["path"]),
-                        esc(e["model"] or "-"))
+        entries.add_row(esc(e["label"]), esc(e["kind"]), "-" if e["step"] is None else str(e["step"]),
+                        esc(e["path"]), esc(e["model"] or "-"))
     console.print(entries)
     labels = [e["label"] for e in result["entries"]]
     total_flips = robust_flips = untested_flips = 0
@@ -59,7 +60,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
         sets = list(r["scores"])
         direction = "higher = better" if r["higher_is_better"] else "lower = more stable"
         what = "mean (rank)" if r["higher_is_better"] else "mean \\[95% CI] (rank)"
-        t = Table(title=f"{axis} ({direction}): {what}", title_justify="left")
+        t = Table(title=f"{esc(axis)} ({direction}): {what}", title_justify="left")
         t.add_column("")
         for s in sets:
             t.add_column(esc(s), justify="right")
@@ -76,7 +77,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
             t.add_row(esc(lab), *cells)
         console.print(t)
         if len(sets) >= 2:
-            tau = Table(title=f"{axis}: Kendall's tau between the sets' rankings", title_justify="left")
+            tau = Table(title=f"{esc(axis)}: Kendall's tau between the sets' rankings", title_justify="left")
             tau.add_column("")
             for s in sets:
                 tau.add_column(esc(s), justify="right")
@@ -95,7 +96,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
             robust = {True: " (robust: a significant paired difference on both sets)",
                       False: " (not robust: no significant paired difference on both sets; may be noise)",
                       None: " (untested: no per-group records)"}[f["robust"]]
-            console.print(f"  [yellow]rank flip[/yellow] on {axis}: {esc(o1[0])} beats {esc(o1[1])} on "
+            console.print(f"  [yellow]rank flip[/yellow] on {esc(axis)}: {esc(o1[0])} beats {esc(o1[1])} on "
                           f"'{esc(s1)}', but {esc(o2[0])} beats {esc(o2[1])} on '{esc(s2)}'{robust}")
     for note in result["notes"]:
         console.print(f"note: {esc(note)}")
@@ -111,7 +112,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
             console.print(f"[bold]{total_flips} rank flip(s) in the means, none robust[/bold]: no evidence that the "
                           "best entry depends on the variant set (no significant paired difference on both sets).")
         for axis, c in robust_pairs.items():
-            console.print(f"  {axis}: {c['robust']} of {c['pairs']} entry pair(s) flip robustly (a significant "
+            console.print(f"  {esc(axis)}: {c['robust']} of {c['pairs']} entry pair(s) flip robustly (a significant "
                           f"paired difference on both sets); {c['flipped']} pair(s) flip in their means")
     elif len(result["sets"]) < 2:
         console.print("[bold]one shared set only[/bold]: no rank reversal can be checked.")
@@ -122,9 +123,13 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if len(args.dirs) < 2:
         raise SagoInputError(f"compare needs at least 2 directories, got {len(args.dirs)}")
-    from ..analysis.compare import compare_evaluations, load_sources
-    from .console import make_console
+    from ..analysis.compare import compare_evaluations, load_sources, parse_spec
+    from ..results.layout import result_files
+    from .console import make_console, user_text
 
+    if args.json_out:  # before anything is read: never a directory, a link, or one of the results compared
+        inputs = {label: path for d in args.dirs for label, path in result_files(parse_spec(d)[0]).items()}
+        check_output_path(args.json_out, what="--json", inputs=inputs)
     evals = load_sources(args.dirs, last_only=True)
     result = compare_evaluations(evals, axes=args.axes,  # type: ignore[arg-type]
                                  allow_different_groups=args.allow_different_groups)
@@ -132,5 +137,5 @@ def run(args: argparse.Namespace) -> int:
     print_comparison(result, console)
     if args.json_out:
         atomic_write_json(args.json_out, result)
-        console.print(f"wrote {args.json_out}")
+        console.print(f"wrote {user_text(args.json_out)}")
     return 0

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 
 from ..errors import SagoInputError
-from ..io import acquire_run_lock, check_output_dir, release_run_lock
+from ..io import acquire_run_lock, check_output_path, release_run_lock
 from ..results.layout import SAGO_DIR, history_path
-from ..results.store import claim_history
+from ..results.store import check_run_dir, claim_history
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -49,9 +49,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
-    from .console import make_console
+    from .console import make_console, user_text
     from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
-    from .runner import build_trainer, dry_run, save_resolved
+    from .runner import RESOLVED_RECIPE, build_trainer, dry_run, save_resolved
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
     if not Path(args.recipe).is_file():
@@ -70,9 +70,14 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     recipe = parse_recipe(data, source=args.recipe)
     console = make_console()
     output_dir = str(args.output_dir or recipe.training.get("output_dir") or Path("runs") / recipe.name)
-    # Outputs are checked before the model loads: an unwritable or occupied directory fails in a second.
-    check_output_dir(output_dir)
-    sago_dir = Path(output_dir) / "sago"
+    # Outputs are checked before the model loads: an unwritable or occupied directory fails in a second, and so
+    # does a link that a write would follow out of it (sago/, its history, lock or step folders) or a recipe.yaml
+    # there that is the recipe being run.
+    check_output_path(output_dir, what="output directory", directory=True)
+    sago_dir = Path(output_dir) / SAGO_DIR
+    check_run_dir(sago_dir)
+    check_output_path(Path(output_dir) / RESOLVED_RECIPE, what="output directory", root=output_dir,
+                      inputs={"the recipe being run": args.recipe})
     resume = _resume_checkpoint(output_dir) if args.resume else recipe.training.get("resume_from_checkpoint")
     if not args.dry_run:
         acquire_run_lock(sago_dir)
@@ -82,11 +87,12 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite)
         if args.dry_run:
             loss = dry_run(trainer)
-            console.print(f"dry run of '{recipe.name}' OK: {type(trainer).__name__}, one batch loss {loss:.4f}")
+            console.print(f"dry run of '{user_text(recipe.name)}' OK: {type(trainer).__name__}, one batch loss "
+                          f"{loss:.4f}")
             return 0
         save_resolved(recipe, data, output_dir)
-        console.print(f"[bold]sago-train run[/bold] '{recipe.name}' -> {output_dir}"
-                      + (f" (resuming from {resume})" if resume else ""))
+        console.print(f"[bold]sago-train run[/bold] '{user_text(recipe.name)}' -> {user_text(output_dir)}"
+                      + (f" (resuming from {user_text(resume)})" if resume else ""))
         try:
             trainer.train(resume_from_checkpoint=resume)
             trainer.save_model(output_dir)
@@ -103,10 +109,11 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
 
         console.print(f"last SAGO evaluation (step {trainer.state.global_step}):")
         print_result(cb.last_result, console)
-        console.print(f"history: {history_path(Path(output_dir) / SAGO_DIR)}; report: sago-train report {output_dir}")
+        console.print(f"history: {user_text(history_path(Path(output_dir) / SAGO_DIR))}; report: sago-train report "
+                      f"{user_text(output_dir)}")
     if cb is not None and cb.failures and trainer.is_world_process_zero():
         console.print(f"[yellow]{len(cb.failures)} SAGO evaluation(s) failed and were skipped:[/yellow] "
-                      + "; ".join(f"step {f['step']}: {f['error'][:300]}" for f in cb.failures))
+                      + user_text("; ".join(f"step {f['step']}: {f['error'][:300]}" for f in cb.failures)))
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()

@@ -35,6 +35,9 @@ from .recipe import Recipe
 
 logger = logging.getLogger(__name__)
 
+#: The recipe as it ran (after overrides), saved in the output directory by :func:`save_resolved`.
+RESOLVED_RECIPE = "recipe.yaml"
+
 
 def wandb_mode_default() -> None:
     """W&B runs offline unless the user has logged in (an API key in the environment or ~/.netrc)."""
@@ -381,4 +384,4 @@ def dry_run(trainer: Any) -> float:
 def save_resolved(recipe: Recipe, data: dict[str, Any], output_dir: str) -> None:
     """Keep the recipe as it ran (after overrides) beside the outputs, for provenance."""
     plain = json.loads(json.dumps(data, default=str))
-    atomic_write_text(Path(output_dir) / "recipe.yaml", yaml.safe_dump(plain, sort_keys=False))
+    atomic_write_text(Path(output_dir) / RESOLVED_RECIPE, yaml.safe_dump(plain, sort_keys=False))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,22 +20,41 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..functional.stats import Summary
-from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
+from ..io import LOCK_NAME, atomic_write_jsonl, atomic_write_text, first_link, read_jsonl, set_aside
 from .evaluation import Evaluation, ordered_union
 from .group import GroupRecord
-from .layout import HISTORY, history_path, records_path, step_dir
+from .layout import history_path, records_path, step_dir
 
 logger = logging.getLogger(__name__)
 
 
+def _refuse_link(path: Path, root: Path) -> None:
+    link = first_link(path, root)
+    if link is not None:
+        raise SagoInputError(f"{link} is a symbolic link; sago_train never writes through one (it would write "
+                             f"outside {root})", hint="remove the link; the run creates its own files and folders")
+
+
+def check_run_dir(sago_dir: str | Path) -> None:
+    """Refuse a run's ``sago/`` folder where a write would follow a symbolic link out of the run directory: the
+    folder itself, ``history.jsonl``, ``run.lock`` or a ``step-<N>`` folder being a link. Checked before anything
+    runs (the CLI before the model loads, the callback at train start) and again at each write."""
+    root = Path(sago_dir)
+    for path in (history_path(root), root / LOCK_NAME, *(sorted(root.glob("step-*")) if root.is_dir() else [])):
+        _refuse_link(path, root.parent)
+
+
 def write_group_records(directory: str | Path, set_name: str, groups: Sequence[GroupRecord]) -> None:
-    """``<directory>/<set>.jsonl``, atomically."""
-    atomic_write_jsonl(records_path(directory, set_name), [g.to_dict() for g in groups])
+    """``<directory>/<set>.jsonl``, atomically; ``directory`` (a run's ``step-<N>``) must not be a link."""
+    path = records_path(directory, set_name)
+    _refuse_link(Path(directory) / path.name, Path(directory).parent)
+    atomic_write_jsonl(path, [g.to_dict() for g in groups])
 
 
 def write_history(sago_dir: str | Path, lines: list[dict[str, Any]]) -> None:
     """Rewrite ``history.jsonl`` atomically (it is small): a crash never leaves half a line."""
     text = "".join(json.dumps(h, allow_nan=False) + "\n" for h in lines)
+    _refuse_link(history_path(sago_dir), Path(sago_dir).parent)
     atomic_write_text(history_path(sago_dir), text)
 
 
@@ -53,7 +71,10 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
     """Refuse to start a fresh run where another run's SAGO history is: its lines would be lost.
 
     Resuming keeps the history (later steps are redone); ``overwrite`` sets the old file aside as
-    ``history.jsonl.<time>.old`` (nothing is deleted). Raises :class:`~sago_train.errors.SagoInputError`."""
+    ``history.jsonl.<time>.old`` (nothing is deleted, no earlier copy replaced: see :func:`set_aside`). A
+    ``sago/`` folder with a link a write would follow is refused (:func:`check_run_dir`). Raises
+    :class:`~sago_train.errors.SagoInputError`."""
+    check_run_dir(sago_dir)
     n = recorded_evaluations(sago_dir)
     if resuming or n == 0:
         return
@@ -64,8 +85,7 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
             hint="resume from its checkpoint (trainer.train(resume_from_checkpoint=...) or sago-train run --resume), "
                  "pass SAGOCallback(overwrite=True) or sago-train run --overwrite, or choose another output directory",
         )
-    aside = path.with_name(f"{HISTORY}.{time.strftime('%Y%m%dT%H%M%S')}.old")
-    path.replace(aside)
+    aside = set_aside(path)
     logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s", n, aside)
 
 
