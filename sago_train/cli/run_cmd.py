@@ -44,6 +44,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in an output directory that holds another run's SAGO history (the old "
                         "history.jsonl is kept beside it as history.jsonl.<time>.old)")
+    p.add_argument("--new-baseline", action="store_true",
+                   help="with --resume: when a monitored set (or a setting that changes its numbers) differs from "
+                        "what the run's SAGO history measured, set that history aside (history.jsonl.<time>.old) and "
+                        "measure a new baseline at the resumed step (without it such a resume is refused)")
     p.set_defaults(func=run)
     return p
 
@@ -62,6 +66,8 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
                                  hint=f"put the recipe first: sago-train run {misplaced} --section.key VALUE ...")
     if args.resume and args.overwrite:
         raise SagoInputError("--resume and --overwrite contradict each other", hint="resume keeps the history")
+    if args.new_baseline and not args.resume:
+        raise SagoInputError("--new-baseline goes with --resume", hint="a fresh run measures its own baseline")
     if args.name is not None:
         validate_run_name(args.name, key="--name")
     data = apply_overrides(load_yaml(args.recipe), parse_overrides(overrides))
@@ -84,7 +90,8 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     try:
         if not (resume or args.overwrite):  # refused here, before the model loads; the callback moves it aside
             claim_history(sago_dir, resuming=False, overwrite=False)
-        trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite)
+        trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite,
+                                new_baseline=args.new_baseline)
         if args.dry_run:
             loss = dry_run(trainer)
             console.print(f"dry run of '{user_text(recipe.name)}' OK: {type(trainer).__name__}, one batch loss "

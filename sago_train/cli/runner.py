@@ -220,9 +220,11 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False) -> Any:
+def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False,
+                  new_baseline: bool = False) -> Any:
     """Everything but ``train()``: model, data, callbacks and the right trainer class. ``overwrite`` lets a
-    fresh run replace another run's SAGO history in the output directory (see :class:`SAGOCallback`)."""
+    fresh run replace another run's SAGO history in the output directory, ``new_baseline`` a resumed run whose
+    monitored sets changed start a new one (see :class:`SAGOCallback`)."""
     # Everything the user wrote (data, training arguments, sets, callbacks) is checked before the model loads,
     # so that a bad input fails fast with one clear line.
     src = recipe.resolve_path(recipe.data.train)
@@ -271,6 +273,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         try:
             options = MonitorOptions(**{f.name: getattr(recipe.monitor, f.name) for f in dataclasses.fields(MonitorOptions)})
             callbacks.append(SAGOCallback(sets, options, overwrite=overwrite or options.overwrite,
+                                          new_baseline=new_baseline or options.new_baseline,
                                           config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",

@@ -138,8 +138,8 @@ class VariantGroup:
         """
         if self.choices is None:
             return None
-        orders = self.meta.get("generation", {}).get("choice_orders") if isinstance(self.meta, dict) else None
-        if isinstance(orders, list) and k < len(orders) and isinstance(orders[k], list):
+        orders = (self.meta.get("generation") or {}).get("choice_orders")  # checked by validate_group
+        if orders is not None:
             return [self.choices[j] for j in orders[k]]
         return list(self.choices)
 
@@ -256,6 +256,10 @@ def validate_group(g: VariantGroup) -> None:
             raise SagoInputError(
                 f"expected one kind per variant ({len(v)}), got {len(g.kinds)}", key="kinds"
             )
+        repeated = next((k for i, k in enumerate(g.kinds) if k in g.kinds[:i]), None)
+        if repeated is not None:  # a kind names one variant: per-kind analysis has one column per kind
+            raise SagoInputError(f"kind {short_repr(repeated)} is given to more than one variant", key="kinds",
+                                 hint="give each variant of a group its own kind (e.g. paraphrase-1, paraphrase-2)")
     if isinstance(g.canonical, bool) or not isinstance(g.canonical, int) or not 0 <= g.canonical < len(v):
         raise SagoInputError(
             f"expected a variant index in [0, {len(v) - 1}], got {short_repr(g.canonical)}", key="canonical"
@@ -283,6 +287,34 @@ def validate_group(g: VariantGroup) -> None:
                 )
     if not isinstance(g.meta, dict):
         raise SagoInputError(f"expected an object, got {type_name(g.meta)}", key="meta")
+    _check_choice_orders(g)
+
+
+def _check_choice_orders(g: VariantGroup) -> None:
+    """``meta.generation`` (written by the generators) is an object; its ``choice_orders`` give, per variant, the
+    order in which that variant shows the choices: one permutation of the choice indices per variant. Anything
+    else (a negative, repeated or out-of-range index, a string, too few orders) would score a variant's answer
+    against the wrong option."""
+    gen = g.meta.get("generation")
+    if gen is None:
+        return
+    if not isinstance(gen, dict):
+        raise SagoInputError(f"expected an object, got {type_name(gen)}", key="meta.generation")
+    orders = gen.get("choice_orders")
+    if orders is None:
+        return
+    key = "meta.generation.choice_orders"
+    if g.choices is None:
+        raise SagoInputError("choice orders need 'choices'", key=key)
+    if not isinstance(orders, list) or len(orders) != len(g.variants):
+        got = f"{len(orders)}" if isinstance(orders, list) else type_name(orders)
+        raise SagoInputError(f"expected one order of the choices per variant ({len(g.variants)}), got {got}", key=key)
+    n = len(g.choices)
+    for k, order in enumerate(orders):
+        ok = isinstance(order, list) and all(isinstance(j, int) and not isinstance(j, bool) for j in order)
+        if not ok or sorted(order) != list(range(n)):
+            raise SagoInputError(f"order {k}: expected each choice index 0..{n - 1} once, got {short_repr(order)}",
+                                 key=key)
 
 
 @dataclass
