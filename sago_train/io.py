@@ -9,7 +9,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +85,37 @@ def read_jsonl(
     max_line_bytes: int = MAX_LINE_BYTES,
     what: str = "JSONL file",
     on_bad_line: Callable[[SagoInputError], None] | None = None,
+    keep: Container[int] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors.
 
     The file is streamed one line at a time: a non-regular file (FIFO, device) or one larger than
     ``max_file_bytes`` is refused before reading, and a line longer than ``max_line_bytes`` is refused
-    without being held whole. A line that does not parse (malformed JSON, invalid UTF-8) raises, or, with
-    ``on_bad_line``, is handed to it as the located error and skipped."""
+    without being held whole. A line that does not parse (malformed JSON, invalid UTF-8, a key given twice in
+    one object) raises, or, with ``on_bad_line``, is handed to it as the located error and skipped. ``keep``:
+    only the records of these indices (0-based over non-blank lines) are parsed, the others only counted."""
+    for index, (lineno, raw) in enumerate(_raw_lines(path, max_file_bytes, max_line_bytes, what)):
+        if keep is not None and index not in keep:
+            continue
+        try:
+            value = _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(path), lineno)
+        except SagoInputError as err:
+            if on_bad_line is None:
+                raise
+            on_bad_line(err)
+            continue
+        yield lineno, value
+
+
+def count_records(path: str | os.PathLike[str], *, max_file_bytes: int = MAX_SET_FILE_BYTES,
+                  max_line_bytes: int = MAX_LINE_BYTES, what: str = "JSONL file") -> int:
+    """How many records (non-blank lines) :func:`read_jsonl` would yield, read with the same bounds, unparsed."""
+    return sum(1 for _ in _raw_lines(path, max_file_bytes, max_line_bytes, what))
+
+
+def _raw_lines(path: str | os.PathLike[str], max_file_bytes: int, max_line_bytes: int,
+               what: str) -> Iterator[tuple[int, bytes]]:
+    """``(line_number, bytes)`` of each non-blank line, within the limits (see :func:`read_jsonl`)."""
     p = Path(path)
     limit_name = "MAX_SET_FILE_BYTES" if max_file_bytes == MAX_SET_FILE_BYTES else ""
     with open_regular_file(p, max_bytes=max_file_bytes, what=what, limit_name=limit_name) as f:
@@ -119,16 +143,26 @@ def read_jsonl(
                         "not valid UTF-8: the file is UTF-16 (it starts with a UTF-16 byte-order mark)",
                         source=str(p), line=1, hint="save the file as UTF-8",
                     )
-            if not raw.strip():
-                continue
-            try:
-                value = _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
-            except SagoInputError as err:
-                if on_bad_line is None:
-                    raise
-                on_bad_line(err)
-                continue
-            yield lineno, value
+            if raw.strip():
+                yield lineno, raw
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: a key given twice (which json would resolve silently, the last one
+    winning) is an error naming it."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
 
 
 def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
@@ -139,7 +173,10 @@ def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
             f"not valid UTF-8 (byte {err.start})", source=source, line=lineno, hint="save the file as UTF-8"
         ) from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise SagoInputError(f"key {short_repr(dup.key)} is given twice in one object", source=source, line=lineno,
+                             key=dup.key[:100], hint="JSON keeps only the last; remove one of them") from None
     except RecursionError:
         raise SagoInputError(
             "malformed JSON: nested too deeply", source=source, line=lineno, hint="each line must be one JSON object"
@@ -373,6 +410,6 @@ def set_aside(path: str | os.PathLike[str], *, suffix: str = "old") -> Path:
 from .runlock import LOCK_NAME, acquire_run_lock, release_run_lock  # noqa: E402 - re-exported: one import for writers
 
 __all__ = ["LOCK_NAME", "acquire_run_lock", "atomic_write_bytes", "atomic_write_json", "atomic_write_jsonl",
-           "atomic_write_files", "atomic_write_text", "check_output_dir", "check_output_path", "find_lone_surrogate", "first_link",
+           "atomic_write_files", "atomic_write_text", "check_output_dir", "check_output_path", "count_records", "find_lone_surrogate", "first_link",
            "is_safe_name", "json_bytes", "jsonl_bytes", "read_escapes", "read_jsonl", "release_run_lock", "safe_child", "set_aside",
            "validate_set_name"]

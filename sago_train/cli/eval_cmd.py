@@ -53,14 +53,15 @@ def config_from_args(args: argparse.Namespace) -> SAGOConfig:
     }))
 
 
-def _sets_for(values: list[str] | None, model: str | None) -> Any:
-    """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model."""
+def _sets_for(values: list[str] | None, model: str | None, config: SAGOConfig) -> Any:
+    """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model; with
+    ``--max-groups`` only the groups evaluated are parsed."""
     from ..data.sources import bundled_sets, sets_from_specs
     from ..model.real import real_model_for
 
     if not values:
         return bundled_sets("real" if model and real_model_for(model) else "tiny")
-    return sets_from_specs(values, key="set")
+    return sets_from_specs(values, key="set", max_groups=config.max_groups, seed=config.seed)
 
 
 def _init_distributed() -> None:
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from ..integrations.measure import SetProgress, stderr_is_terminal
     from .console import make_console, user_text
 
-    sets = _sets_for(args.sets, args.model)
+    sets = _sets_for(args.sets, args.model, config)
     if args.out:
         check_outputs(args.out, sets)
     _init_distributed()

@@ -208,6 +208,7 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
             import peft
         except ImportError as err:
             raise SagoInputError("model.lora needs peft", hint="pip install peft (a sago_train dependency)") from err
+        _check_lora_rank(recipe, model)
         config = peft.LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
         try:
@@ -218,6 +219,19 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
             raise recipe.error(f"LoRA cannot be applied to this model: {first}", "model.lora.target_modules",
                                hint="name modules the model has, e.g. [q_proj, v_proj], or 'all-linear'") from None
     return model, tokenizer
+
+
+def _check_lora_rank(recipe: Recipe, model: Any) -> None:
+    """A LoRA rank above the model's width adds no capacity (a rank-r update of a d-wide matrix has rank at most d)
+    but costs r x d parameters per adapted matrix: ``r: 100000000`` had PEFT allocate tens of GB. Refused here,
+    naming the recipe line, before PEFT allocates anything."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    width = getattr(text, "hidden_size", None)
+    r = recipe.model.lora.r if recipe.model.lora is not None else None
+    if isinstance(width, int) and r is not None and r > width:
+        raise recipe.error(f"LoRA rank {r:,} is larger than the model's width ({width:,}, hidden_size)", "model.lora.r",
+                           hint=f"use a rank in 1..{width} (8 to 64 is usual)")
 
 
 def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False,

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..io import atomic_write_jsonl, check_output_path, validate_set_name
+from ..limits import check_seed
 
 # Generators run in this fixed order whatever the order of the flags, so the kinds (and so the file) depend
 # only on which options are given and the seed.
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(out, what="--out", inputs=inputs)  # before any generator runs or any example is read
     stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", out.stem)  # the name VariantSet.from_jsonl will give the file
     name = validate_set_name(args.name if args.name is not None else stem, key="name")
+    check_seed(args.seed, key="--seed")
     generators = build_generators(args)  # option errors first, before reading a possibly large file
     examples = load_examples(args.input)
     vs = build_variant_set(examples, generators, name=name, seed=args.seed)

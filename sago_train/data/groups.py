@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError, did_you_mean, short_repr, type_name
-from ..io import find_lone_surrogate, read_jsonl, validate_set_name
+from ..io import count_records, find_lone_surrogate, read_jsonl, validate_set_name
 from ..limits import (
     MAX_VARIANT_CHARS,
     MAX_VARIANTS_PER_GROUP,
@@ -34,6 +35,20 @@ CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 ANSWER_NEEDS_CHOICES = "'answer' needs 'choices' (it is the index of the correct option)"
 ANSWER_HINT = ("for a free-text answer use 'reference' (e.g. {\"question\": ..., \"reference\": \"Paris\"}); "
                 "'answer' goes with 'choices'")
+
+
+def subset_indices(n: int, max_groups: int | None, seed: int, name: str) -> list[int]:
+    """The groups an evaluation runs out of ``n``: all (``max_groups`` None or 0), or a seeded subset that depends
+    only on the seed, the set's name and ``n``, so it is the same at every evaluation, after a resume, and when
+    only those lines of the file are read (:meth:`VariantSet.from_jsonl` with ``max_groups``).
+
+    Example:
+        >>> subset_indices(5, None, 0, "s"), len(subset_indices(1000, 3, 0, "s"))
+        ([0, 1, 2, 3, 4], 3)
+    """
+    if not max_groups or max_groups >= n:
+        return list(range(n))
+    return sorted(random.Random(f"sago-subset:{seed}:{name}").sample(range(n), max_groups))
 
 
 def variant_chars(variant: Any) -> int:
@@ -379,13 +394,22 @@ class VariantSet:
         return cls(name, groups, source=source)
 
     @classmethod
-    def from_jsonl(cls, path: str | os.PathLike[str], name: str | None = None) -> VariantSet:
-        """Read a SPEC JSONL file (one group per line); ``name`` defaults to the file's stem."""
+    def from_jsonl(cls, path: str | os.PathLike[str], name: str | None = None, *, max_groups: int | None = None,
+                   seed: int = 0) -> VariantSet:
+        """Read a SPEC JSONL file (one group per line); ``name`` defaults to the file's stem. With ``max_groups``
+        only the groups an evaluation with that cap and ``seed`` runs (:func:`subset_indices`) are parsed and
+        checked: a 127 MiB set evaluated on 2 groups is counted, not parsed whole."""
         p = Path(path)
+        set_name = name if name is not None else re.sub(r"[^A-Za-z0-9_.\-]", "_", p.stem)
+        keep = None
+        if max_groups:
+            keep = set(subset_indices(count_records(p, what="variant set"), max_groups, seed, set_name))
+        order = sorted(keep) if keep is not None else None
         groups: list[VariantGroup] = []
         lines: dict[str, int] = {}
-        for i, (lineno, rec) in enumerate(read_jsonl(p, what="variant set")):
-            g = VariantGroup.from_dict(rec, index=i, source=str(p), line=lineno)
+        for i, (lineno, rec) in enumerate(read_jsonl(p, what="variant set", keep=keep)):
+            index = order[i] if order is not None else i  # the record's place in the file (default ids: #index)
+            g = VariantGroup.from_dict(rec, index=index, source=str(p), line=lineno)
             if g.id in lines:
                 raise SagoInputError(
                     f"duplicate id {short_repr(g.id)} (first on line {lines[g.id]})",
@@ -398,7 +422,6 @@ class VariantSet:
             groups.append(g)
         if not groups:
             raise SagoInputError("no variant groups in file (it is empty)", source=str(p))
-        set_name = name if name is not None else re.sub(r"[^A-Za-z0-9_.\-]", "_", p.stem)
         return cls(set_name, groups, source=str(p))
 
     @classmethod

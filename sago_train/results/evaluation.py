@@ -20,6 +20,7 @@ from ..errors import SagoInputError, type_name
 from ..functional import findings, relations, stats
 from ..functional.stats import Summary
 from ..io import atomic_write_files, check_output_path, json_bytes, jsonl_bytes, read_jsonl
+from ..limits import read_bounded_text
 from ..version import __version__
 from .group import ACCURACY, BETWEEN, INSTABILITY, GroupRecord, is_number, to_float
 from .layout import SUMMARY, records_path
@@ -240,7 +241,7 @@ class Evaluation:
         path = Path(path)
         src = path / SUMMARY
         try:
-            data = json.loads(src.read_text(encoding="utf-8-sig"))
+            data = json.loads(read_bounded_text(src, what="summary.json"))  # a regular file within the set limit
         except json.JSONDecodeError as err:
             raise SagoInputError(f"malformed JSON: {err.msg} (column {err.colno})", source=str(src),
                                  line=err.lineno) from None

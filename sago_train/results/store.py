@@ -20,7 +20,16 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..functional.stats import Summary
-from ..io import LOCK_NAME, atomic_write_jsonl, atomic_write_text, first_link, read_jsonl, set_aside
+from ..io import (
+    LOCK_NAME,
+    atomic_write_jsonl,
+    atomic_write_text,
+    count_records,
+    first_link,
+    read_jsonl,
+    set_aside,
+)
+from ..limits import MAX_REPEATED_WARNINGS
 from .evaluation import Evaluation, ordered_union
 from .group import GroupRecord
 from .layout import history_path, records_path, step_dir
@@ -63,8 +72,8 @@ def recorded_evaluations(sago_dir: str | Path) -> int:
     path = history_path(sago_dir)
     if not path.is_file():
         return 0
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+    # Counted with read_history's bounds (file size, line length), never a whole 3 GB line held in memory.
+    return count_records(path, what="SAGO history")
 
 
 def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> None:
@@ -110,7 +119,8 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
 
     def skip(err: SagoInputError) -> None:
         skipped.append(err)
-        logger.warning("sago: skipped a corrupt history line: %s", err.format())
+        if len(skipped) <= MAX_REPEATED_WARNINGS:  # the rest are counted, said once below
+            logger.warning("sago: skipped a corrupt history line: %s", err.format())
 
     by_step: dict[int, dict[str, Any]] = {}
     for lineno, entry in read_jsonl(path, what="SAGO history", on_bad_line=skip):
@@ -120,6 +130,9 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
             skip(err)
             continue
         by_step[int(entry["step"])] = entry  # a repeated step (a resumed run redoing it) keeps the later line
+    if len(skipped) > MAX_REPEATED_WARNINGS:
+        logger.warning("sago: ... and %s more corrupt lines in %s, skipped", f"{len(skipped) - MAX_REPEATED_WARNINGS:,}",
+                       src)
     if not by_step and skipped:
         raise SagoInputError(f"no evaluations in {src}: all {len(skipped)} line(s) are corrupt; the first: "
                              f"{skipped[0].format()}", hint="restore the file from a copy, or start a fresh run")
