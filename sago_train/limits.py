@@ -141,8 +141,9 @@ def check_int_range(value: object, lo: int, hi: int, *, key: str, limit_name: st
     """
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         shown = repr(value) if isinstance(value, (int, float)) else type(value).__name__
-        raise SagoInputError(f"expected an integer in [{lo:,}, {hi:,}]{f' ({limit_name})' if limit_name else ''}, "
-                             f"got {shown[:40]}", key=key, **where)  # type: ignore[arg-type]
+        wanted = f"a positive integer up to {hi:,}" if lo == 1 else f"an integer in [{lo:,}, {hi:,}]"
+        raise SagoInputError(f"expected {wanted}{f' ({limit_name})' if limit_name else ''}, got {shown[:40]}",
+                             key=key, **where)  # type: ignore[arg-type]
     return value
 
 

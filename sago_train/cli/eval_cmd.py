@@ -53,7 +53,7 @@ def config_from_args(args: argparse.Namespace) -> SAGOConfig:
     }))
 
 
-def _sets_for(values: list[str] | None, model: str | None, config: SAGOConfig) -> Any:
+def _sets_for(values: list[str] | None, model: str | None, config: SAGOConfig | None = None) -> Any:
     """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model; with
     ``--max-groups`` only the groups evaluated are parsed."""
     from ..data.sources import bundled_sets, sets_from_specs
@@ -61,6 +61,7 @@ def _sets_for(values: list[str] | None, model: str | None, config: SAGOConfig) -
 
     if not values:
         return bundled_sets("real" if model and real_model_for(model) else "tiny")
+    config = config or SAGOConfig()
     return sets_from_specs(values, key="set", max_groups=config.max_groups, seed=config.seed)
 
 

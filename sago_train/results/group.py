@@ -39,12 +39,12 @@ def check_recorded(value: Any, **where: Any) -> None:
         >>> check_recorded(1.7e308, key="mean")
         Traceback (most recent call last):
         ...
-        sago_train.errors.SagoInputError: field 'mean': expected a number in [-1e+09, 1e+09] or null, got 1.7e+308
+        sago_train.errors.SagoInputError: field 'mean': expected a number or null of size at most 1e+09 (MAX_RECORDED_VALUE), got 1.7e+308
     """
     if value is None or (is_number(value) and (not math.isfinite(value) or abs(value) <= MAX_RECORDED_VALUE)):
         return
-    raise SagoInputError(f"expected a number in [{-MAX_RECORDED_VALUE:g}, {MAX_RECORDED_VALUE:g}] or null, got "
-                         f"{short_repr(value)}", **where)
+    size = f" of size at most {MAX_RECORDED_VALUE:g} (MAX_RECORDED_VALUE)" if is_number(value) else ""
+    raise SagoInputError(f"expected a number or null{size}, got {short_repr(value)}", **where)
 
 
 def to_float(x: Any) -> float:

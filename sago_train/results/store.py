@@ -4,7 +4,7 @@
 
 One policy for a corrupt or invalid ``history.jsonl`` line, for every reader (callback resume, early
 stopping, compare, report): a logged warning naming the file and line, then the line is skipped and counted
-(:attr:`History.skipped`, :attr:`Run.skipped_lines`), so one damaged line does not cost the rest of a run's
+(:attr:`History.n_skipped`, :attr:`Run.skipped_lines`), so one damaged line does not cost the rest of a run's
 record. A history with lines but no valid one is an error (``no evaluations in FILE``), never "ran, found
 nothing". The files are written atomically, so a bad line is outside damage.
 """
@@ -100,26 +100,29 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
 
 @dataclass
 class History:
-    """The valid lines of a ``history.jsonl`` in step order, and the corrupt lines skipped (each a located
-    error)."""
+    """The valid lines of a ``history.jsonl`` in step order, how many corrupt lines were skipped, and the first
+    of them (at most ``MAX_REPEATED_WARNINGS``, each a located error: 300,000 kept whole took a gigabyte)."""
 
     entries: list[dict[str, Any]]
     skipped: list[SagoInputError]
+    n_skipped: int = 0
 
 
 def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
     """The evaluations of ``sago_dir/history.jsonl`` in step order (a repeated step keeps its later line).
 
     A corrupt line (malformed JSON, not an evaluation) is logged as a warning naming the file and line and
-    skipped; ``History.skipped`` holds them. Raises :class:`~sago_train.errors.SagoInputError` when no line
+    skipped; ``History.skipped`` holds the first few and ``History.n_skipped`` counts them all. Raises :class:`~sago_train.errors.SagoInputError` when no line
     is valid: always when some line was skipped, and for an empty history unless ``allow_empty``."""
     path = history_path(sago_dir)
     src = str(path)
     skipped: list[SagoInputError] = []
+    count = [0]
 
     def skip(err: SagoInputError) -> None:
-        skipped.append(err)
-        if len(skipped) <= MAX_REPEATED_WARNINGS:  # the rest are counted, said once below
+        count[0] += 1
+        if count[0] <= MAX_REPEATED_WARNINGS:  # the rest are counted, said once below
+            skipped.append(err.with_traceback(None))
             logger.warning("sago: skipped a corrupt history line: %s", err.format())
 
     by_step: dict[int, dict[str, Any]] = {}
@@ -130,15 +133,15 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
             skip(err)
             continue
         by_step[int(entry["step"])] = entry  # a repeated step (a resumed run redoing it) keeps the later line
-    if len(skipped) > MAX_REPEATED_WARNINGS:
-        logger.warning("sago: ... and %s more corrupt lines in %s, skipped", f"{len(skipped) - MAX_REPEATED_WARNINGS:,}",
+    if count[0] > MAX_REPEATED_WARNINGS:
+        logger.warning("sago: ... and %s more corrupt lines in %s, skipped", f"{count[0] - MAX_REPEATED_WARNINGS:,}",
                        src)
     if not by_step and skipped:
-        raise SagoInputError(f"no evaluations in {src}: all {len(skipped)} line(s) are corrupt; the first: "
+        raise SagoInputError(f"no evaluations in {src}: all {count[0]:,} line(s) are corrupt; the first: "
                              f"{skipped[0].format()}", hint="restore the file from a copy, or start a fresh run")
     if not by_step and not allow_empty:
         raise SagoInputError(f"no evaluations in {src} (the history is empty)")
-    return History([by_step[s] for s in sorted(by_step)], skipped)
+    return History([by_step[s] for s in sorted(by_step)], skipped, count[0])
 
 
 @dataclass
@@ -156,7 +159,7 @@ class Run:
         """The run recorded in ``sago_dir/history.jsonl`` (see :func:`read_history` for corrupt lines)."""
         history = read_history(sago_dir, allow_empty=allow_empty)
         return cls(label=label if label is not None else Path(run_dir).resolve().name, path=Path(run_dir),
-                   sago_dir=Path(sago_dir), history=history.entries, skipped_lines=len(history.skipped))
+                   sago_dir=Path(sago_dir), history=history.entries, skipped_lines=history.n_skipped)
 
     @property
     def steps(self) -> list[int]:
