@@ -11,7 +11,7 @@ import torch
 
 from ..errors import SagoInputError
 from ..io import acquire_run_lock, check_output_path, release_run_lock
-from ..results.layout import SAGO_DIR, history_path
+from ..results.layout import RESOLVED_RECIPE, SAGO_DIR, history_path
 from ..results.store import check_run_dir, claim_history
 
 
@@ -54,8 +54,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from .console import make_console, user_text
-    from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
-    from .runner import RESOLVED_RECIPE, build_trainer, dry_run, save_resolved
+    from .recipe_sections import validate_run_name
+    from .recipe_yaml import apply_overrides, load_yaml, parse_overrides
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
     if not Path(args.recipe).is_file():
@@ -73,17 +73,16 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     data = apply_overrides(load_yaml(args.recipe), parse_overrides(overrides))
     if args.name:
         data["name"] = args.name
+    if args.output_dir:  # known already: checked before the recipe's parser imports transformers and peft
+        check_run_outputs(args.output_dir, args.recipe)
+    from .recipe import parse_recipe
+    from .runner import build_trainer, dry_run, save_resolved
+
     recipe = parse_recipe(data, source=args.recipe)
     console = make_console()
     output_dir = str(args.output_dir or recipe.training.get("output_dir") or Path("runs") / recipe.name)
-    # Outputs are checked before the model loads: an unwritable or occupied directory fails in a second, and so
-    # does a link that a write would follow out of it (sago/, its history, lock or step folders) or a recipe.yaml
-    # there that is the recipe being run.
-    check_output_path(output_dir, what="output directory", directory=True)
+    check_run_outputs(output_dir, args.recipe)
     sago_dir = Path(output_dir) / SAGO_DIR
-    check_run_dir(sago_dir)
-    check_output_path(Path(output_dir) / RESOLVED_RECIPE, what="output directory", root=output_dir,
-                      inputs={"the recipe being run": args.recipe})
     resume = _resume_checkpoint(output_dir) if args.resume else recipe.training.get("resume_from_checkpoint")
     if not args.dry_run:
         acquire_run_lock(sago_dir)
@@ -126,6 +125,16 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
+
+
+def check_run_outputs(output_dir: str, recipe_path: str) -> None:
+    """Outputs are checked before the model loads: an unwritable or occupied directory fails in a second, and so
+    does a link that a write would follow out of it (``sago/``, its history, lock or step folders) or a
+    ``recipe.yaml`` there that is the recipe being run (it would be replaced by the resolved recipe)."""
+    check_output_path(output_dir, what="output directory", directory=True)
+    check_run_dir(Path(output_dir) / SAGO_DIR)
+    check_output_path(Path(output_dir) / RESOLVED_RECIPE, what="output directory", root=output_dir,
+                      inputs={"the recipe being run": recipe_path})
 
 
 def _resume_checkpoint(output_dir: str) -> str:

@@ -27,6 +27,7 @@ from ..io import atomic_write_text, read_jsonl, validate_set_name
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from ..model.layers import num_decoder_layers, resolve_layers
 from ..model.loading import load_model_and_tokenizer
+from ..results.layout import RESOLVED_RECIPE
 from ..threads import configure_torch_threads
 from ..training.collator import VariantGroupCollator, group_of
 from ..training.config import StabilityConfig
@@ -34,9 +35,6 @@ from ..training.trainer import StabilitySFTTrainer, StabilityTrainer
 from .recipe import Recipe
 
 logger = logging.getLogger(__name__)
-
-#: The recipe as it ran (after overrides), saved in the output directory by :func:`save_resolved`.
-RESOLVED_RECIPE = "recipe.yaml"
 
 
 def wandb_mode_default() -> None:

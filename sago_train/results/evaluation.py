@@ -23,7 +23,7 @@ from ..io import atomic_write_files, check_output_path, json_bytes, jsonl_bytes,
 from ..limits import read_bounded_text
 from ..version import __version__
 from .group import ACCURACY, BETWEEN, INSTABILITY, GroupRecord, is_number, to_float
-from .layout import SUMMARY, records_path
+from .layout import SUMMARY, records_name, records_path
 from .sets import SetEvaluation, _mean_summary
 
 __all__ = ["ACCURACY", "BETWEEN", "INSTABILITY", "Evaluation", "GroupRecord", "SetEvaluation", "ordered_union",
@@ -232,7 +232,7 @@ class Evaluation:
             ['a.jsonl', 'summary.json']
         """
         out = Path(out_dir)
-        return [out / records_path(out, name).name for name in set_names] + [out / SUMMARY]
+        return [out / records_name(name) for name in set_names] + [out / SUMMARY]
 
     @classmethod
     def read(cls, path: str | Path) -> Evaluation:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import safe_child
+from ..io import safe_child, validate_set_name
 
 SUMMARY = "summary.json"
 HISTORY = "history.jsonl"
 SAGO_DIR = "sago"  # a run's folder inside the Trainer's output_dir
 REPORT_MD = "report.md"  # what ``sago-train report`` writes, beside its plots
+RESOLVED_RECIPE = "recipe.yaml"  # a recipe run's output_dir: the recipe as it ran (after overrides)
 
 
 def history_path(sago_dir: str | Path) -> Path:
@@ -41,6 +42,17 @@ def step_dir(sago_dir: str | Path, step: int) -> Path:
 def records_path(directory: str | Path, set_name: str) -> Path:
     """``<directory>/<set>.jsonl``; a set name that is not one safe path component is refused."""
     return safe_child(directory, set_name, ".jsonl")
+
+
+def records_name(set_name: str) -> str:
+    """``<set>.jsonl``, the file name of a set's group records (the set name checked as in :func:`records_path`,
+    nothing resolved: a link in its place is for the writer's check to refuse).
+
+    Example:
+        >>> records_name("paraphrase")
+        'paraphrase.jsonl'
+    """
+    return f"{validate_set_name(set_name)}.jsonl"
 
 
 def result_files(directory: str | Path) -> dict[str, Path]:

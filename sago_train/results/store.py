@@ -32,7 +32,7 @@ from ..io import (
 from ..limits import MAX_REPEATED_WARNINGS
 from .evaluation import Evaluation, ordered_union
 from .group import GroupRecord
-from .layout import history_path, records_path, step_dir
+from .layout import history_path, records_name, records_path, step_dir
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,8 @@ def check_run_dir(sago_dir: str | Path) -> None:
 
 def write_group_records(directory: str | Path, set_name: str, groups: Sequence[GroupRecord]) -> None:
     """``<directory>/<set>.jsonl``, atomically; ``directory`` (a run's ``step-<N>``) must not be a link."""
-    path = records_path(directory, set_name)
-    _refuse_link(Path(directory) / path.name, Path(directory).parent)
-    atomic_write_jsonl(path, [g.to_dict() for g in groups])
+    _refuse_link(Path(directory) / records_name(set_name), Path(directory).parent)  # before anything resolves it
+    atomic_write_jsonl(records_path(directory, set_name), [g.to_dict() for g in groups])
 
 
 def write_history(sago_dir: str | Path, lines: list[dict[str, Any]]) -> None:
