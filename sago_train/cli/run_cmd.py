@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         if not (resume or args.overwrite):  # refused here, before the model loads; the callback moves it aside
             claim_history(sago_dir, resuming=False, overwrite=False)
         trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite,
-                                new_baseline=args.new_baseline)
+                                new_baseline=args.new_baseline, resume_step=_checkpoint_step(resume))
         if args.dry_run:
             loss = dry_run(trainer)
             console.print(f"dry run of '{user_text(recipe.name)}' OK: {type(trainer).__name__}, one batch loss "
@@ -146,6 +147,12 @@ def _resume_checkpoint(output_dir: str) -> str:
         raise SagoInputError(f"--resume: no checkpoint-* folder in {output_dir}",
                              hint="a run saves checkpoints with training.save_strategy: steps")
     return last
+
+
+def _checkpoint_step(checkpoint: Any) -> int | None:
+    """The step a Trainer checkpoint folder holds (``checkpoint-<step>``), else None."""
+    match = re.fullmatch(r"checkpoint-(\d+)", Path(checkpoint).name) if isinstance(checkpoint, str) else None
+    return int(match.group(1)) if match else None
 
 
 def _finish_wandb(trainer: Any) -> None:

@@ -27,7 +27,8 @@ from ..io import atomic_write_text, read_jsonl, validate_set_name
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from ..model.layers import num_decoder_layers, resolve_layers
 from ..model.loading import load_model_and_tokenizer
-from ..results.layout import RESOLVED_RECIPE
+from ..results.layout import RESOLVED_RECIPE, SAGO_DIR, history_path
+from ..results.store import read_history
 from ..threads import configure_torch_threads
 from ..training.collator import VariantGroupCollator, group_of
 from ..training.config import StabilityConfig
@@ -233,10 +234,11 @@ def _check_lora_rank(recipe: Recipe, model: Any) -> None:
 
 
 def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False,
-                  new_baseline: bool = False) -> Any:
+                  new_baseline: bool = False, resume_step: int | None = None) -> Any:
     """Everything but ``train()``: model, data, callbacks and the right trainer class. ``overwrite`` lets a
     fresh run replace another run's SAGO history in the output directory, ``new_baseline`` a resumed run whose
-    monitored sets changed start a new one (see :class:`SAGOCallback`)."""
+    monitored sets changed start a new one (see :class:`SAGOCallback`); with ``resume_step`` such a resume is
+    refused here, before the model loads."""
     # Everything the user wrote (data, training arguments, sets, callbacks) is checked before the model loads,
     # so that a bad input fails fast with one clear line.
     src = recipe.resolve_path(recipe.data.train)
@@ -290,6 +292,8 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
                                  hint=err.hint) from None
+    if resume_step is not None:
+        _check_resume(callbacks, Path(args.output_dir) / SAGO_DIR, resume_step)
     if recipe.early_stopping is not None:
         callbacks.append(SAGOEarlyStoppingCallback(**dataclasses.asdict(recipe.early_stopping)))
 
@@ -318,6 +322,17 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
             raise
         # Raised by the stability loss at construction (e.g. an out-of-range layer): name the recipe line.
         raise recipe.error(err.message, f"stability.{err.key}" if err.key else "stability", hint=err.hint) from None
+
+
+def _check_resume(callbacks: list[Any], sago_dir: Path, step: int) -> None:
+    """A resume whose monitored sets changed since the history measured them fails now, not after the model
+    loaded (the callback checks again at train start, for the Trainer API)."""
+    if not history_path(sago_dir).is_file():
+        return
+    kept = [h for h in read_history(sago_dir, allow_empty=True).entries if int(h["step"]) <= step]
+    for cb in callbacks:
+        if isinstance(cb, SAGOCallback):
+            cb.check_resume(kept, history_path(sago_dir))
 
 
 def _check_layers(recipe: Recipe, callbacks: list[Any], model: Any) -> None:

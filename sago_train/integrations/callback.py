@@ -159,28 +159,38 @@ class SAGOCallback(TrainerCallback):
         if self.options.baseline and state.global_step not in self._done and (not resumed or new_baseline):
             self._evaluate(args, state, control, kwargs, complete=True)
 
-    def _new_baseline_needed(self, monitor: MonitorState, main: bool) -> bool:
-        """After a resume: whether a monitored set (or a setting that changes its numbers) differs from what the
-        kept history measured. Then the new evaluations cannot be paired with the old baseline (same ids, other
-        prompts: a fake change): refused, or with ``new_baseline`` the old history is set aside whole and the
-        resumed run starts a new one, its baseline measured now. Every rank reads the same history, so every
-        rank decides the same."""
-        changed = changed_sets(monitor.history, self.fingerprints)
+    def check_resume(self, history: list[dict[str, Any]], path: Path) -> tuple[str, int] | None:
+        """The first monitored set whose fingerprint differs from the one ``history`` (the lines a resume keeps,
+        read from ``path``) recorded, as ``(set, step)``, else None. Without ``new_baseline`` that is refused:
+        the new evaluations would be paired by id with a baseline of other prompts (a fake change). Called at
+        train start, and by ``sago-train run --resume`` before the model loads."""
+        changed = changed_sets(history, self.fingerprints)
         if not changed:
-            return False
+            return None
         name, step = next(iter(changed.items()))
-        path = monitor.history_path
         if not self.options.new_baseline:
-            monitor.release()
             raise SagoInputError(
                 f"cannot resume: the monitored set '{name}' (its groups or the settings that change its numbers) "
                 f"is not what {path} measured at step {step}; new evaluations would be compared with a baseline "
                 "of other prompts", hint="restore the set and settings, or start a new baseline "
                 "(sago-train run --resume --new-baseline, SAGOCallback(new_baseline=True)); the old history is kept")
+        return name, step
+
+    def _new_baseline_needed(self, monitor: MonitorState, main: bool) -> bool:
+        """After a resume: :meth:`check_resume`; with ``new_baseline`` the old history is set aside whole and the
+        resumed run starts a new one, its baseline measured now. Every rank reads the same history, so every
+        rank decides the same."""
+        try:
+            changed = self.check_resume(monitor.history, monitor.history_path)
+        except SagoInputError:
+            monitor.release()
+            raise
+        if changed is None:
+            return False
         if main:
-            aside = set_aside(path)
+            aside = set_aside(monitor.history_path)
             logger.warning("sago: set '%s' changed since step %d: new baseline; the previous history was moved to "
-                           "%s", name, step, aside)
+                           "%s", *changed, aside)
         monitor.load(None)
         return True
 
