@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ._helpers.limited import CPU_LIMIT_S, RUN_CPU_LIMIT_S, Limited, assert_bounded, assert_one_error_line, run_cli_limited
+from ._helpers.limited import (
+    CPU_LIMIT_S,
+    RUN_CPU_LIMIT_S,
+    Limited,
+    assert_bounded,
+    assert_one_error_line,
+    run_cli_limited,
+)
 from ._helpers.results_dirs import axis_values, write_run_dir
 
 pytestmark = pytest.mark.slow
