@@ -44,12 +44,21 @@ def set_fingerprints(sets: Mapping[str, VariantSet], config: SAGOConfig) -> dict
     out = {}
     for name, vs in sets.items():
         digest = hashlib.sha256()
-        digest.update(json.dumps(settings, sort_keys=True, default=str).encode("utf-8"))
+        digest.update(_canonical(settings).encode("utf-8"))
         for i in select_groups(vs, config.max_groups, config.seed):
             digest.update(b"\n")
-            digest.update(json.dumps(vs.groups[i].to_dict(), sort_keys=True, ensure_ascii=False).encode("utf-8"))
+            digest.update(_canonical(vs.groups[i].to_dict()).encode("utf-8", "surrogatepass"))
         out[name] = digest.hexdigest()
     return out
+
+
+def _canonical(value: Any) -> str:
+    """One text per value: JSON with sorted keys; a group built in Python with values JSON cannot hold (numpy
+    numbers from a dataset row, non-string keys in ``meta``) by their repr."""
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
+    except TypeError:  # keys of mixed types cannot be sorted
+        return repr(value)
 
 
 def changed_sets(history: list[dict[str, Any]], current: Mapping[str, str]) -> dict[str, int]:
