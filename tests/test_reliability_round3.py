@@ -201,7 +201,7 @@ def _override_billion_laughs(tmp: Path) -> Case:
 
 def _override_nested_20000_deep(tmp: Path) -> Case:
     return Case(["run", str(small_recipe(tmp)), "--dry-run", "--output-dir", str(tmp / "o"),
-                 "--training.x", "[" * 20_000 + "]" * 20_000], ["nested more than 100 levels deep (MAX_YAML_DEPTH)"])
+                 "--training.x", "[" * 20_000 + "]" * 20_000], ["invalid YAML: nested too deeply (more than 100 levels, MAX_YAML_DEPTH)"])
 
 
 def _n_bootstrap_1e9(tmp: Path) -> Case:

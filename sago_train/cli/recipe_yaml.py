@@ -127,7 +127,7 @@ def parse_yaml(text: str, *, source: str | None = None, what: str = "recipe", ke
     ``--section.key value`` override alike, so a "billion laughs" or a deep nesting is refused on the command
     line as in the file. ``lenient``: text that is not YAML is returned as it is (an override's plain text)."""
     if _too_deep(text):
-        raise SagoInputError(f"invalid YAML: nested more than {MAX_YAML_DEPTH} levels deep (MAX_YAML_DEPTH)",
+        raise SagoInputError(f"invalid YAML: nested too deeply (more than {MAX_YAML_DEPTH} levels, MAX_YAML_DEPTH)",
                              source=source, key=key)
     try:
         data = yaml.load(text, Loader=_SafeLineLoader)  # noqa: S506 - a SafeLoader
