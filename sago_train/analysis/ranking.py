@@ -17,6 +17,7 @@ from ..errors import SagoInputError, unknown_name_error
 from ..functional import findings, relations, stats
 from ..functional.axes.registry import higher_is_better
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
+from .accuracy_beside import accuracy_beside
 from .common_groups import SetScope, scores, set_scope
 
 __all__ = ["ACCURACY", "ALPHA", "BETWEEN", "INSTABILITY", "available_axes", "compare_evaluations", "ordered_union",
@@ -73,6 +74,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
                          "tau": {SET: {SET: float | None}},         # Kendall's tau between sets
                          "flips": [{"models", "sets", "order", "robust", "tests"}],
                          "reversal": {"pairs", "flipped", "robust", "unknown"}}},
+         "accuracy": {"scores", "checks", "notes"},                # beside every ranking (analysis.accuracy_beside)
          "notes": [...]}
 
     Every entry is scored on the groups of the set that all entries evaluated (recomputed from the per-group
@@ -172,5 +174,7 @@ def compare_evaluations(evals: Sequence[Evaluation], axes: Sequence[str] | None 
     entries = [
         {"label": e.label, "path": str(e.path), "kind": e.source, "step": e.step, "model": e.model} for e in evals
     ]
+    beside = accuracy_beside(evals, sets, scopes, out_axes, paired_flip_test)  # docs/accuracy.md
     return stats.to_jsonable({"entries": entries, "sets": sets, "scope": scope_lines,
-                              "groups": {s: scopes[s].to_dict() for s in sets}, "axes": out_axes, "notes": notes})
+                              "groups": {s: scopes[s].to_dict() for s in sets}, "axes": out_axes,
+                              "accuracy": beside, "notes": notes})

@@ -22,7 +22,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "first lines of the output say how many and which were dropped); where the groups cannot be matched (no "
         "per-group records, or no group in common) it refuses unless --allow-different-groups. A flip is robust "
         "when, on both sets, the one-sided Wilcoxon p < 0.05 and the 95% paired-bootstrap CI excludes 0 on the same "
-        "side (the verdict rule of report, the training callback and early stopping).",
+        "side (the verdict rule of report, the training callback and early stopping). Every stability ranking shows "
+        "each entry's accuracy with its 95% CI beneath its rank, and a line where the entry ranked first is "
+        "significantly less accurate than another (a consistently wrong model is perfectly stable).",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="at least 2 evaluation or run directories (RUN_DIR@STEP)")
     p.add_argument("--axis", dest="axes", action="append", metavar="AXIS",
@@ -39,9 +41,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def print_comparison(result: dict[str, Any], console: Any) -> None:
     """First what each set is scored on (the common groups, or not); then rich tables: the entries, and per axis
-    the scores with ranks, Kendall's tau and the flips."""
+    the scores with ranks (each entry's accuracy beneath, and a line for an entry ranked first that is
+    significantly less accurate than another: docs/accuracy.md), Kendall's tau and the flips."""
     from rich.table import Table
 
+    from ..analysis.accuracy_beside import cell_text
+    from ..functional.wording import ACCURACY, ACCURACY_QUANTITIES
     from .console import user_text as esc
 
     for line in result.get("scope", []):
@@ -54,12 +59,17 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                         esc(e["path"]), esc(e["model"] or "-"))
     console.print(entries)
     labels = [e["label"] for e in result["entries"]]
+    beside = result.get("accuracy") or {}  # docs/accuracy.md: no ranking without accuracy beside it
     total_flips = robust_flips = untested_flips = 0
     robust_pairs: dict[str, dict] = {}
     for axis, r in result["axes"].items():
         sets = list(r["scores"])
         direction = "higher = better" if r["higher_is_better"] else "lower = more stable"
         what = "mean (rank)" if r["higher_is_better"] else "mean \\[95% CI] (rank)"
+        with_accuracy = axis not in ACCURACY_QUANTITIES and any(
+            (beside.get("scores") or {}).get(s) for s in sets)
+        if with_accuracy:
+            what += ", and beneath it the entry's accuracy \\[95% CI] on the same groups"
         t = Table(title=f"{esc(axis)} ({direction}): {what}", title_justify="left")
         t.add_column("")
         for s in sets:
@@ -73,9 +83,14 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                     continue
                 ci = f" \\[{fmt_num(sc['ci_low'])}, {fmt_num(sc['ci_high'])}]" if sc.get("ci_low") is not None else ""
                 rank = r["ranks"][s][lab]
-                cells.append(f"{fmt_num(sc['mean'])}{ci} ([bold]#{rank}[/bold])")
+                acc = ((beside.get("scores") or {}).get(s) or {}).get(lab, {}).get(ACCURACY)
+                below = f"\n{cell_text(acc, escape_brackets=True)}" if with_accuracy else ""
+                cells.append(f"{fmt_num(sc['mean'])}{ci} ([bold]#{rank}[/bold]){below}")
             t.add_row(esc(lab), *cells)
         console.print(t)
+        for check in beside.get("checks") or []:
+            if check["axis"] == axis:
+                console.print(f"  [red]less accurate[/red]: {esc(check['line'])}")
         if len(sets) >= 2:
             tau = Table(title=f"{esc(axis)}: Kendall's tau between the sets' rankings", title_justify="left")
             tau.add_column("")
@@ -98,7 +113,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                       None: " (untested: no per-group records)"}[f["robust"]]
             console.print(f"  [yellow]rank flip[/yellow] on {esc(axis)}: {esc(o1[0])} beats {esc(o1[1])} on "
                           f"'{esc(s1)}', but {esc(o2[0])} beats {esc(o2[1])} on '{esc(s2)}'{robust}")
-    for note in result["notes"]:
+    for note in [*result["notes"], *(beside.get("notes") or [])]:
         console.print(f"note: {esc(note)}")
     if total_flips:
         # SPEC "Findings" 3: the headline claims only robust flips; the others may be noise.

@@ -299,11 +299,12 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, key=f"early_stopping.{err.key}",
                                  line=getattr(data.get("early_stopping"), "lines", {}).get(err.key or "")) from None
-        # Early stopping acts on SAGO evaluations: what it watches must be monitored and computed.
+        # Early stopping acts on SAGO evaluations: what it watches must be monitored and computed (accuracy, which
+        # needs references the set file holds, is checked when training starts).
         stopper = SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
         try:
-            check_target(stopper.set_name, stopper.axis, monitor.sets, [*monitor_config.axes, "instability"],
-                         not_in="in monitor.sets")
+            check_target(stopper.set_name, stopper.axis, monitor.sets,
+                         [*monitor_config.axes, "instability", "accuracy"], not_in="in monitor.sets")
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, key="early_stopping.metric",
                                  line=getattr(data.get("early_stopping"), "lines", {}).get("metric")) from None

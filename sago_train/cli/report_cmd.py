@@ -19,7 +19,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Write report.md with PNG plots from SAGO results: each axis over training steps with 95% CI "
         "bands, per-group distributions and the axis-correlation heatmap at the last evaluation, a table of the "
         "last evaluation per set and axis with accuracy, and - with several directories - the paired comparison "
-        "of each against the first (paired by group id). A directory is a training run's output_dir (with "
+        "of each against the first (paired by group id; accuracy compared beside every axis, with a warning where it "
+        "fell) and each entry's accuracy beside the stability axes it ranks first on. A directory is a training run's output_dir (with "
         "sago/history.jsonl), its sago/ folder, or an evaluation directory from 'sago-train eval --out' "
         "(summary.json; no over-steps plot). RUN_DIR@STEP reports the evaluation at that step.",
     )
@@ -71,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  {esc(str(png))}")
     for note in result.notes:
         console.print(f"  note: {esc(note)}")
+    for warning in result.warnings:  # accuracy that fell significantly (docs/accuracy.md)
+        console.print(f"  [red]warning[/red]: {esc(warning)}")
     significant = [r for r in result.comparisons if is_significant(r)]
     for r in significant:
         console.print(f"  {esc(r['set'])}/{esc(r['axis'])}: {esc(r['verdict'])} than {esc(r['reference'])} "

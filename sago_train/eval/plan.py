@@ -48,7 +48,13 @@ def needs_generation(needs: Iterable[str], groups: list[VariantGroup], generatio
         return True
     if "logprobs" in needs and any(g.reference is None for g in groups):
         return True  # r falls back to the canonical variant's greedy output
-    return any(g.reference is not None or g.choices is not None for g in groups)  # correctness
+    return has_correctness(groups)
+
+
+def has_correctness(groups: Iterable[VariantGroup]) -> bool:
+    """Whether accuracy is scored on ``groups``: some group has a reference or choices (at a complete
+    evaluation, with generation)."""
+    return any(g.reference is not None or g.choices is not None for g in groups)
 
 
 def axes_computed(axes: list[Axis], groups: list[VariantGroup], generation: bool = True) -> list[Axis]:

@@ -28,7 +28,8 @@ from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError
 from ..eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
-from ..functional.axes import INSTABILITY
+from ..eval.plan import has_correctness
+from ..functional.axes import ACCURACY, INSTABILITY
 from ..io import set_aside
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
@@ -39,7 +40,7 @@ from .measure import check_can_evaluate, ensure_console, find_tokenizer, run_eva
 from .monitor import MonitorState
 from .options import MonitorOptions, options_from_kwargs
 from .reporters import guard_reporters, report, run_summary_lines
-from .schedule import Schedule
+from .schedule import Schedule, needs_complete
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class SAGOCallback(TrainerCallback):
         self.monitor.load(state.global_step if resumed else None, write=main)
         new_baseline = resumed and self._new_baseline_needed(self.monitor, main)
         self._done = {step: {} for step in self.monitor.steps()}
-        self._check_listeners()
+        self._check_listeners(args, state)
         if main:
             ensure_console(logging.INFO)
         if self.options.baseline and state.global_step not in self._done and (not resumed or new_baseline):
@@ -197,14 +198,21 @@ class SAGOCallback(TrainerCallback):
     def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
         return find_tokenizer(self.tokenizer, kwargs, self.trainer)
 
-    def _check_listeners(self) -> None:
-        """Early stopping must watch a monitored set and a computed quantity: fail before training, not later."""
+    def _check_listeners(self, args: TrainingArguments, state: TrainerState) -> None:
+        """Early stopping must watch a monitored set and a computed quantity, and reach its per-look level with
+        the groups evaluated: fail before training, not later. Each listener learns the evaluations planned."""
         for listener in self._listeners:
-            check_target(getattr(listener, "set_name", None), getattr(listener, "axis", None), self.sets,
-                         [*self.config.axes, INSTABILITY])
-            if hasattr(listener, "warn_if_too_few_groups") and listener.set_name in self.sets:
-                size, cap = len(self.sets[listener.set_name]), self.config.max_groups
-                listener.warn_if_too_few_groups(min(size, cap) if cap else size)
+            set_name = getattr(listener, "set_name", None)
+            vs = self.sets.get(set_name) if set_name is not None else None
+            correctness = vs is not None and has_correctness(vs.groups)
+            check_target(set_name, getattr(listener, "axis", None), self.sets,
+                         [*self.config.axes, INSTABILITY, *([ACCURACY] if correctness else [])])
+            if hasattr(listener, "plan") and vs is not None:
+                cap = self.config.max_groups
+                key = trainer_key(getattr(listener, "metric", None))
+                needs = needs_complete(key, self.sets, self.config)
+                steps = self.schedule.planned_steps(args, state, done=len(self._done), complete_only=needs)
+                listener.plan(min(len(vs), cap) if cap else len(vs), steps)
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):

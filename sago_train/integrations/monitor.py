@@ -5,7 +5,7 @@ paired change of each evaluation against both (groups paired by id, judged by th
 
 Quantities compared: every axis, ``instability`` (when both evaluations have it), accuracy (the share of a
 group's variants answered right), ``accuracy_all`` (all of them right) and ``accuracy_worst_kind`` (the
-variant of the kind that is worst now), and ``between_dispersion`` (to tell a collapse from stability). Kept
+variant of the kind answered worst over the two evaluations compared), and ``between_dispersion`` (to tell a collapse from stability). Kept
 apart from the callback so that resume logic (what is on disk, what to drop, what to reload) is plain code that
 is tested without a Trainer.
 """
@@ -27,6 +27,7 @@ from ..io import acquire_run_lock, release_run_lock
 from ..results import store
 from ..results.evaluation import Evaluation
 from ..results.layout import history_path, step_dir
+from ..results.sets import paired_group_values, paired_worst_kind
 
 #: Correctness quantities compared beside the axes (higher is better).
 ACCURACIES = (ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND)
@@ -70,14 +71,12 @@ def axis_verdict(quantity: str, reference: Mapping[str, float], current: Mapping
 def paired_change(reference: Evaluation, current: Evaluation, set_name: str, quantity: str, *,
                   alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
     """:func:`axis_verdict` of one set and quantity of two evaluations; ``accuracy_worst_kind`` reads the kind
-    that is worst in ``current`` in both. None without records of both or a shared group."""
-    kind = current.sets[set_name].worst_kind if quantity == ACCURACY_WORST_KIND else None
-    ref_set = reference.sets.get(set_name)
-    before = None if ref_set is None else ref_set.group_values(quantity, worst_kind=kind)
-    after = current.sets[set_name].group_values(quantity, worst_kind=kind)
-    if before is None or after is None:
+    answered worst over both (:func:`~sago_train.results.sets.paired_worst_kind`) in both. None without records
+    of both or a shared group."""
+    values = paired_group_values(reference.sets.get(set_name), current.sets[set_name], quantity)
+    if values is None:
         return None
-    return axis_verdict(quantity, before, after, alpha=alpha, min_delta=min_delta, seed=seed)
+    return axis_verdict(quantity, *values, alpha=alpha, min_delta=min_delta, seed=seed)
 
 
 def change_entry(verdict: stats.Verdict, step: int | None) -> dict[str, Any]:
@@ -166,6 +165,8 @@ class MonitorState:
                     verdict = paired_change(ref, ev, name, quantity, seed=seed)
                     if verdict is not None and verdict.n:
                         entry[label] = change_entry(verdict, ref.step)
+                        if quantity == ACCURACY_WORST_KIND:  # which kind was compared (chosen on both)
+                            entry[label]["kind"] = paired_worst_kind(ref.sets[name], ev.sets[name])
                 if entry:
                     out.setdefault(name, {})[quantity] = entry
         return out
