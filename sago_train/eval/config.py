@@ -12,6 +12,7 @@ from ..errors import SagoInputError, unknown_name_error
 from ..functional.axes import DEFAULT_AXES, parse_axes
 from ..functional.axes.correctness import MATCH_MODES
 from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
+from ..limits import MAX_BATCH_SIZE, MAX_BOOTSTRAP, MAX_NEW_TOKENS, check_int_range, check_seed
 from ..model.layers import check_layer_indices
 from ..model.tokenize import CHAT_TEMPLATE_MODES
 
@@ -127,10 +128,11 @@ class SAGOConfig:
                                      key="chat_template")
         if self.correctness not in MATCH_MODES:
             raise unknown_name_error("correctness mode", self.correctness, MATCH_MODES, key="correctness")
-        for name in ("max_new_tokens", "batch_size", "n_bootstrap"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SagoInputError(f"expected a positive integer, got {value!r}", key=name)
+        for name, most, limit in (("max_new_tokens", MAX_NEW_TOKENS, "MAX_NEW_TOKENS"),
+                                  ("batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
+                                  ("n_bootstrap", MAX_BOOTSTRAP, "MAX_BOOTSTRAP")):
+            check_int_range(getattr(self, name), 1, most, key=name, limit_name=limit)  # bounded before any work
+        check_seed(self.seed)
         if self.max_groups is not None and (isinstance(self.max_groups, bool) or not isinstance(self.max_groups, int)
                                             or self.max_groups < 0):
             raise SagoInputError(f"expected an integer >= 0 (0 = every group) or None, got {self.max_groups!r}",

@@ -31,7 +31,7 @@ from ..threads import configure_torch_threads
 from .config import SAGOConfig
 from .degenerate import cut_at_limit, degenerate_warnings
 from .extraction import Extractor
-from .plan import axes_computed, needs_generation, select_groups, subset_inputs, variant_text
+from .plan import axes_computed, encode_within, needs_generation, select_groups, subset_inputs, variant_text
 
 SKIP_TOO_LONG = "prompt longer than the model's context"
 SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"
@@ -228,13 +228,14 @@ class SAGOEvaluator:
                         hint="shorten it, or drop --strict to skip and count the group")
                 skipped[SKIP_TOO_MANY_CHARS] = skipped.get(SKIP_TOO_MANY_CHARS, 0) + 1
                 continue
-            try:
-                prompts = [encode_variant(v, tok, chat=self.chat_template == "always") for v in g.variants]
+            ref_len = len(encode_continuation(g.primary_reference, tok)) if g.reference else 0
+            try:  # one variant at a time: the first too long skips the group before the rest is tokenized
+                prompts = encode_within(g.variants, lambda v: encode_variant(v, tok, chat=self.chat_template == "always"),
+                                        ctx - max(gen_budget, ref_len))
             except SagoInputError as err:
                 raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group {short_repr(g.id)}") from None
-            ref_len = len(encode_continuation(g.primary_reference, tok)) if g.reference else 0
-            longest = max(len(p) for p in prompts) + max(gen_budget, ref_len)
-            if longest > ctx:
+            longest = (prompts if isinstance(prompts, int) else max(len(p) for p in prompts)) + max(gen_budget, ref_len)
+            if isinstance(prompts, int):
                 if cfg.strict:
                     raise SagoInputError(
                         f"group {short_repr(g.id)} needs {longest} tokens (prompt + continuation) but the model's context "

@@ -59,6 +59,10 @@ class MonitorOptions:
     overwrite: bool = field(default=False, metadata={"help": "Start a fresh (not resumed) run in an output directory "
                             "that holds another run's SAGO history (kept beside it as history.jsonl.<time>.old); "
                             "without it such a run is refused at train start."})
+    new_baseline: bool = field(default=False, metadata={"help": "When a resumed run's monitored set (or a setting "
+                               "that changes its numbers) differs from what its history measured: set that history "
+                               "aside (history.jsonl.<time>.old) and measure a new baseline at the resumed step; "
+                               "without it such a resume is refused at train start."})
     guard_reporters: bool = field(default=False, metadata={"help": "Wrap the Trainer's reporting integrations so that "
                                   "one that fails (a W&B that cannot start) is logged and switched off instead of "
                                   "stopping training."})
@@ -76,7 +80,7 @@ class MonitorOptions:
                 or self.log_unstable_groups < 0:
             raise SagoInputError(f"expected an integer >= 0, got {self.log_unstable_groups!r}",
                                  key="log_unstable_groups")
-        for name in ("baseline", "evaluate_at_end", "raise_on_error", "overwrite", "guard_reporters"):
+        for name in ("baseline", "evaluate_at_end", "raise_on_error", "overwrite", "new_baseline", "guard_reporters"):
             if not isinstance(getattr(self, name), bool):
                 raise SagoInputError(f"expected true or false, got {getattr(self, name)!r}", key=name)
 
