@@ -30,7 +30,7 @@ MAX_TRAIN_FILE_BYTES = 4096 * MiB
 # Variants per group: a group is evaluated in one piece.
 MAX_VARIANTS_PER_GROUP = 1024
 # A variant (string, or all message contents of a chat variant) longer than this is not tokenized: its
-# group is skipped and counted (SPEC "Data": nothing is silently dropped). 1M characters is ~250k tokens,
+# group is skipped and counted (docs/definitions.md#data: nothing is silently dropped). 1M characters is ~250k tokens,
 # beyond the context of the models sago_train targets; tokenizing much more can exhaust memory.
 MAX_VARIANT_CHARS = 1_000_000
 # Prompt tokens allowed when the model does not declare its context length (otherwise its context applies).

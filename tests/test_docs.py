@@ -268,3 +268,21 @@ def test_real_models_page_names_every_real_model():
     for model in REAL_MODELS.values():
         assert model.uri in text and model.original in text and all(p in text for p in model.packages[:1])
     assert "Gemma terms of use" in text
+
+
+def test_the_code_cites_the_manual_and_every_cited_section_exists():
+    """The package's comments cite the project's own definitions (docs/...md#anchor), never a file outside the
+    repository; each cited page and anchor exists, so a renamed heading fails here."""
+    cited = re.compile(r"docs/([\w.-]+\.md)(?:#([\w-]+))?")
+    problems = []
+    for source in sorted((ROOT / "sago_train").rglob("*.py")):
+        text = source.read_text(encoding="utf-8")
+        if re.search(r"\bSPEC\b(?!_)", text.replace("TORCH_SPEC", "").replace("_STEP_SPEC", "")):
+            problems.append(f"{source.relative_to(ROOT)}: cites SPEC, which is not in the repository")
+        for page, anchor in cited.findall(text):
+            target = ROOT / "docs" / page
+            if not target.is_file():
+                problems.append(f"{source.relative_to(ROOT)}: docs/{page} does not exist")
+            elif anchor and anchor not in anchors(target):
+                problems.append(f"{source.relative_to(ROOT)}: docs/{page} has no heading #{anchor}")
+    assert not problems, "\n".join(problems)

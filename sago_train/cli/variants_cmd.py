@@ -1,4 +1,4 @@
-"""``sago-train variants``: build a SPEC JSONL variant set from plain examples with the seeded generators."""
+"""``sago-train variants``: build a JSONL variant set from plain examples with the seeded generators."""
 
 from __future__ import annotations
 

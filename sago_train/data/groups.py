@@ -1,4 +1,4 @@
-"""Variant groups and variant sets (SPEC "Data").
+"""Variant groups and variant sets (docs/definitions.md#data).
 
 A *variant group* is one example written K >= 2 ways; a *variant set* is a named collection of groups.
 Everything that reads user data validates it here and raises :class:`~sago_train.errors.SagoInputError`
@@ -396,7 +396,7 @@ class VariantSet:
     @classmethod
     def from_jsonl(cls, path: str | os.PathLike[str], name: str | None = None, *, max_groups: int | None = None,
                    seed: int = 0) -> VariantSet:
-        """Read a SPEC JSONL file (one group per line); ``name`` defaults to the file's stem. With ``max_groups``
+        """Read a JSONL file (one group per line); ``name`` defaults to the file's stem. With ``max_groups``
         only the groups an evaluation with that cap and ``seed`` runs (:func:`subset_indices`) are parsed and
         checked: a 127 MiB set evaluated on 2 groups is counted, not parsed whole."""
         p = Path(path)
@@ -426,7 +426,7 @@ class VariantSet:
 
     @classmethod
     def from_dataset(cls, dataset: Any, name: str) -> VariantSet:
-        """Build a set from a ``datasets.Dataset`` whose rows follow the SPEC group schema."""
+        """Build a set from a ``datasets.Dataset`` whose rows follow the group schema (docs/definitions.md#variant-group)."""
         cols = set(getattr(dataset, "column_names", []) or [])
         # Datasets fill absent optional fields with None; drop those so defaults apply.
         records = ({k: v for k, v in row.items() if v is not None or k not in cols} for row in dataset)

@@ -16,13 +16,13 @@ from ..limits import MAX_BATCH_SIZE, MAX_BOOTSTRAP, MAX_NEW_TOKENS, check_int_ra
 from ..model.layers import check_layer_indices
 from ..model.tokenize import CHAT_TEMPLATE_MODES
 
-#: Where the activation axes read a prompt's hidden state (SPEC "activation").
+#: Where the activation axes read a prompt's hidden state (docs/definitions.md#activation).
 PROMPT_POOLINGS = ("last", "mean")
 #: Sequences per forward/generate batch, the one default (the extractor's too).
 DEFAULT_BATCH_SIZE = 32
 #: What ``max_groups=None`` means inside training (SAGOCallback): 64 groups per set. Cost is linear in groups,
 #: a mean's CI half-width about 1.96 s / sqrt(n) (s the per-group spread): 64 groups give 0.245 s; 32 would be
-#: 1.41x wider, 128 1.41x narrower at twice the cost. On the real model (README, 45 groups: generation 0.370
+#: 1.41x wider, 128 1.41x narrower at twice the cost. On the real model (docs/real-models.md, 45 groups: generation 0.370
 #: [0.313, 0.428], so s = 0.20) that is +-0.048 on the generation axis at 64 groups, +-0.068 at 32; paired
 #: comparisons between evaluations (the same groups every time) are narrower still.
 IN_TRAINING_MAX_GROUPS = 64

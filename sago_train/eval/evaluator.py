@@ -122,7 +122,7 @@ class SAGOEvaluator:
         config["resolved"] = {
             "chat_template": self.chat_template,
             "correctness": {n: r.correctness.get("mode") for n, r in results.items() if r.correctness.get("n")},
-            # The stops that end an answer span (SPEC "correctness"), and per set how many generations reached
+            # The stops that end an answer span (docs/definitions.md#correctness), and per set how many generations reached
             # max_new_tokens before any end (EOS or a stop): cut mid-answer, or running on.
             "answer_stops": {n: self._set_stops(resolved[n]) for n in results},
             "cut_at_max_new_tokens": {
@@ -195,7 +195,7 @@ class SAGOEvaluator:
         return out
 
     def stops_for(self, variant: Any) -> list[str]:
-        """What ends the answer span of one variant's output (SPEC "correctness")."""
+        """What ends the answer span of one variant's output (docs/definitions.md#correctness)."""
         chat = self.chat_template == "always" or not isinstance(variant, str)
         return answer_stops(variant_text(variant), chat=chat, configured=self.config.stop_strings)
 
@@ -342,7 +342,7 @@ class SAGOEvaluator:
                                     answer=g.answer_for(k), mode=resolve_match_mode(cfg.correctness))
                     for k, y in enumerate(spans)
                 ]
-                # A group with choices but no answer has no correctness (SPEC), never "wrong".
+                # A group with choices but no answer has no correctness (docs/definitions.md#correctness), never "wrong".
                 correct = None if any(c is None for c in per) else [bool(c) for c in per]
             lp = [float(x) for x in logprobs[sl].tolist()] if logprobs is not None else None
             if lp is not None and any(math.isnan(x) for x in lp):
@@ -374,7 +374,7 @@ class SAGOEvaluator:
         self, inputs: GroupInputs, split: tuple[list[int], list[int]] | None, totals: dict[str, Any],
         axes: list[Axis],
     ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float], dict[str, list[float]], dict[str, Any]]:
-        """Every axis on one group, and on each half of its variants (for split-half reliability, SPEC
+        """Every axis on one group, and on each half of its variants (for split-half reliability, docs/definitions.md#findings
         "Findings"). A set-level axis adds the group's statistics to ``totals`` (the halves' do not: a half is
         measured against the whole set) and leaves its values pending."""
         values: dict[str, float] = {}

@@ -1,4 +1,4 @@
-"""Statistics over per-group axis values (see SPEC.md, "Statistics").
+"""Statistics over per-group axis values (docs/definitions.md#statistics).
 
 Pure numpy/scipy: no torch, no I/O. Every function takes per-group values (one float per variant group, NaN where
 an axis is undefined for a group), drops the NaNs and reports in ``n`` how many values it used. Random resampling
