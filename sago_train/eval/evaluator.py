@@ -333,7 +333,7 @@ class SAGOEvaluator:
                 logprobs=logprobs[sl] if logprobs is not None else None,
                 similarity=self.similarity if "generations" in needs else None,
             )
-            split = split_halves(g.k, g.id, cfg.seed)
+            split = split_halves(g.k, g.id, cfg.seed, kinds=g.kinds)
             values, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals, axes)
             correct = None
             if outs is not None and (g.reference is not None or g.choices is not None):
