@@ -42,7 +42,7 @@ def split_halves(k: int, group_id: str, seed: int = 0, *, kinds: Sequence[str] |
 
     Without ``kinds`` the split is seeded by the group id. With ``kinds`` (one per variant) it depends on the
     kinds alone: every group with the same kinds puts the same kinds in each half, whatever their order. Where
-    one kind moves an axis most (the real sets' ``format`` variants, docs/study.md), an id-seeded split puts
+    one kind moves an axis most (the real sets' ``format`` variants), an id-seeded split puts
     that kind in half A of some groups and half B of others, so the halves disagree by construction (a strongly
     negative r: the test cannot show reliability however consistent the groups are); a kind-aligned split
     shifts the same half in every group, which Spearman across groups ignores.
