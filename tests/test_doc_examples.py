@@ -43,6 +43,9 @@ RUN = {
     ("docs/stability-loss.md", "trainer = StabilityTrainer("): "test_stability_trainer_examples",
     ("docs/stability-loss.md", "trainer = StabilitySFTTrainer("): "test_stability_trainer_examples",
     ("docs/monitoring.md", "parser = TrlParser("): "test_trl_script",
+    ("docs/accuracy.md", "result = compare_evaluations("): "test_accuracy_beside_stability_example",
+    ("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback("): "test_early_stopping_examples",
+    ("docs/early-stopping.md", "stop.plan(64"): "test_early_stopping_examples",
 }
 #: Each Python block that is only parsed (and its imports checked, tests/test_docs.py), with why it is not run.
 PARSED_ONLY = {
@@ -234,6 +237,21 @@ def test_callback_example_then_reading_the_run(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("[0, 2] ")
 
 
+def test_early_stopping_examples():
+    """early-stopping.md: a stability stopper and an accuracy guard, both accepted by the SAGOCallback's checks at
+    train start (the bundled paraphrase set has references), each with its own plan; then the plan's arithmetic."""
+    from transformers import TrainerState, TrainingArguments
+
+    ns = run_block("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback(", {})
+    sago, stability, forgetting = ns["sago"], ns["stability"], ns["forgetting"]
+    sago.add_listener(stability)
+    sago.add_listener(forgetting)
+    sago._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
+    assert stability.looks == forgetting.looks == 15  # 20 evaluations after the baseline, patience 3
+    ns = run_block("docs/early-stopping.md", "stop.plan(64", {})
+    assert ns["stop"].looks == 15
+
+
 def test_readme_stability_example(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     trainer = run_block("README.md", "trainer = StabilityTrainer(", {})["trainer"]
@@ -241,6 +259,15 @@ def test_readme_stability_example(tmp_path, monkeypatch):
     terms = [h for h in trainer.state.log_history if "sago_act_loss" in h]
     assert [h["step"] for h in terms] == [5, 10] and all(math.isfinite(h["sago_act_loss"]) and math.isfinite(h["sago_conf_loss"]) for h in terms)
     assert any(h["sago_act_loss"] > 0 for h in terms)  # two groups per batch: the relative term is defined
+
+
+def test_accuracy_beside_stability_example(capsys):
+    """accuracy.md's example: the entry ranked first on stability alone is named as the less accurate one."""
+    ns = run_block("docs/accuracy.md", "result = compare_evaluations(", {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("set 'capitals'") and "B ranks first but is less accurate than A" in line
+                         and "consistently wrong?" in line for line in lines)
+    assert [c["line"] for c in ns["result"]["accuracy"]["checks"]] == lines
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -186,7 +187,8 @@ def _shell_commands(page: Path) -> list[list[str]]:
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
 def test_shell_lines_name_what_exists(page):
     """Each ``sago-train`` command line parses with the CLI's own parser (a ``run`` line's overrides with its
-    recipe's), each ``make`` target, each ``mkdocs`` command and each script exists."""
+    recipe's), each ``make`` target, each ``mkdocs`` command, each script and module, and each ``accelerate
+    launch`` line's config exist."""
     from sago_train.cli.main import build_parser
     from sago_train.cli.recipe import parse_recipe
     from sago_train.cli.recipe_yaml import apply_overrides, load_yaml, parse_overrides
@@ -206,8 +208,25 @@ def test_shell_lines_name_what_exists(page):
             assert re.search(rf"^{re.escape(words[1])}:", makefile, flags=re.M), words
         elif words[0] == "mkdocs":
             assert words[1] in {"build", "serve"}, words
+        elif words[0] == "python" and words[1] == "-m":
+            assert importlib.util.find_spec(words[2]) is not None, words
         elif words[0] == "python" and words[1] != "sft_sago.py":  # monitoring.md's own script: test_trl_script
             assert (ROOT / words[1]).is_file(), words
+        elif words[0] == "accelerate":
+            check_accelerate_line(words)
+
+
+def check_accelerate_line(words: list[str]) -> None:
+    """``accelerate launch --config_file CONFIG [flags] (-m MODULE | SCRIPT) ...``: the config ships and is an
+    accelerate config, the module imports, the script exists (``train.py`` stands for the reader's own)."""
+    assert words[1] == "launch" and "--config_file" in words, words
+    config = ROOT / words[words.index("--config_file") + 1]
+    assert config.is_file() and "distributed_type" in yaml.safe_load(config.read_text()), words
+    if "-m" in words:
+        assert importlib.util.find_spec(words[words.index("-m") + 1]) is not None, words
+    else:
+        script = next(w for w in words if w.endswith(".py"))
+        assert script == "train.py" or (ROOT / script).is_file(), words
 
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
@@ -249,3 +268,21 @@ def test_real_models_page_names_every_real_model():
     for model in REAL_MODELS.values():
         assert model.uri in text and model.original in text and all(p in text for p in model.packages[:1])
     assert "Gemma terms of use" in text
+
+
+def test_the_code_cites_the_manual_and_every_cited_section_exists():
+    """The package's comments cite the project's own definitions (docs/...md#anchor), never a file outside the
+    repository; each cited page and anchor exists, so a renamed heading fails here."""
+    cited = re.compile(r"docs/([\w.-]+\.md)(?:#([\w-]+))?")
+    problems = []
+    for source in sorted((ROOT / "sago_train").rglob("*.py")):
+        text = source.read_text(encoding="utf-8")
+        if re.search(r"\bSPEC\b(?!_)", text.replace("TORCH_SPEC", "").replace("_STEP_SPEC", "")):
+            problems.append(f"{source.relative_to(ROOT)}: cites SPEC, which is not in the repository")
+        for page, anchor in cited.findall(text):
+            target = ROOT / "docs" / page
+            if not target.is_file():
+                problems.append(f"{source.relative_to(ROOT)}: docs/{page} does not exist")
+            elif anchor and anchor not in anchors(target):
+                problems.append(f"{source.relative_to(ROOT)}: docs/{page} has no heading #{anchor}")
+    assert not problems, "\n".join(problems)

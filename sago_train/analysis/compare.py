@@ -1,5 +1,5 @@
 """Load recorded SAGO evaluations (eval and run directories, see :mod:`sago_train.results.store`) by the
-paths a user types, and rank them across sets (SPEC "Rank reversal").
+paths a user types, and rank them across sets (docs/definitions.md#findings).
 
 :func:`load_source` reads a directory into a :class:`~sago_train.results.store.Run` or an
 :class:`~sago_train.results.evaluation.Evaluation`; ``RUN_DIR@STEP`` picks one evaluation of a run (so

@@ -1,4 +1,6 @@
-"""Readable console tables for SAGO results (rich)."""
+"""Readable console tables for SAGO results (rich). User text (set names, kinds, the model, notes made from ids
+and kinds) goes through :func:`~sago_train.functional.formatting.user_text`: never read as markup, control
+characters shown as escapes."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..functional.findings import NOT_ENOUGH_TO_TEST, Reliability
-from ..functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
+from ..functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text, user_text
 from ..functional.relations import KindEffect
 from ..integrations.keys import display_order
 from ..results.evaluation import Evaluation, SetEvaluation
@@ -31,7 +33,7 @@ def constant_axes(s: SetEvaluation) -> dict[str, float]:
 
 
 def set_table(s: SetEvaluation) -> Table:
-    t = Table(title=f"set '{s.name}': {s.n_groups} groups" + (f", {sum(s.skipped.values())} skipped" if s.skipped else ""),
+    t = Table(title=f"set '{user_text(s.name)}': {s.n_groups} groups" + (f", {sum(s.skipped.values())} skipped" if s.skipped else ""),
               title_justify="left")
     t.add_column("axis")
     t.add_column("instability", justify="right")
@@ -40,7 +42,7 @@ def set_table(s: SetEvaluation) -> Table:
     for axis in display_order(list(s.summaries)):
         sm = s.summaries[axis]
         if axis not in constant_axes(s):
-            t.add_row(axis, fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
+            t.add_row(user_text(axis), fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
     sm = s.instability
     if sm is not None:  # None: an evaluation that left axes out (a mean over fewer axes would not compare)
         t.add_row("[bold]instability[/bold]", fmt_num(sm.mean), fmt_ci(sm.ci_low, sm.ci_high), str(sm.n))
@@ -50,17 +52,17 @@ def set_table(s: SetEvaluation) -> Table:
 def kind_table(s: SetEvaluation) -> Table | None:
     if not s.kind_effects or s.kinds is None:
         return None
-    t = Table(title=f"set '{s.name}' per kind (per-variant share of each axis; p = Friedman across groups)",
+    t = Table(title=f"set '{user_text(s.name)}' per kind (per-variant share of each axis; p = Friedman across groups)",
               title_justify="left")
     t.add_column("")
     for k in s.kinds:
-        t.add_column(k, justify="right")
+        t.add_column(user_text(k), justify="right")
     t.add_column("p", justify="right")
     for axis, eff in s.kind_effects.items():
         if axis in constant_axes(s):
             continue
         label = "accuracy" if axis == "correct" else axis
-        t.add_row(label, *[fmt_num(eff.means.get(k)) for k in s.kinds], fmt_p(eff.p_value))
+        t.add_row(user_text(label), *[fmt_num(eff.means.get(k)) for k in s.kinds], fmt_p(eff.p_value))
     return t
 
 
@@ -68,7 +70,7 @@ def reliability_table(s: SetEvaluation, rels: Mapping[str, Reliability] | None =
     """Finding 1 on one set: split-half reliability of the per-group values of each axis (``rels``: the set's
     reliabilities as corrected over the evaluation, :meth:`Evaluation.reliability`; default: the set's own)."""
     rels = s.reliability if rels is None else rels
-    t = Table(title=f"set '{s.name}': is per-group instability noise? (split-half reliability; Holm p over every set "
+    t = Table(title=f"set '{user_text(s.name)}': is per-group instability noise? (split-half reliability; Holm p over every set "
               "and axis)", title_justify="left")
     for col in ("axis", "r (halves)", "Spearman-Brown", "p (permutation)", "Holm p", "n", "verdict"):
         t.add_column(col, justify="left" if col in ("axis", "verdict") else "right")
@@ -77,8 +79,8 @@ def reliability_table(s: SetEvaluation, rels: Mapping[str, Reliability] | None =
             continue
         sb = fmt_num(rel.corrected) if rel.corrected is not None else "n/a (r <= 0)"
         holm_p = "-" if rel.same_as or not math.isfinite(rel.p_holm) else fmt_p(rel.p_holm)
-        t.add_row(axis, fmt_num(rel.r), sb, fmt_p(rel.p_value), holm_p, str(rel.n),
-                  rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else ""))
+        t.add_row(user_text(axis), fmt_num(rel.r), sb, fmt_p(rel.p_value), holm_p, str(rel.n),
+                  user_text(rel.verdict(ALPHA) + (f" ({rel.note})" if rel.note else "")))
     return t
 
 
@@ -168,18 +170,18 @@ def _ci(acc: dict[str, Any]) -> str:
 
 def print_result(result: Evaluation, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(f"[bold]SAGO evaluation[/bold] of {result.model} (0 = perfectly stable, lower is better)")
+    console.print(f"[bold]SAGO evaluation[/bold] of {user_text(result.model)} (0 = perfectly stable, lower is better)")
     reliability = result.reliability(ALPHA)
     for s in result.sets.values():
         console.print(set_table(s))
         for axis, value in constant_axes(s).items():
-            console.print(f"  {constant_line(axis, value)}")
+            console.print(f"  {user_text(constant_line(axis, value))}")
         if "activation_rel" in s.set_level:
             console.print(f"  between-group activation dispersion {fmt_num(s.between_dispersion)}: activation_rel = "
                           "activation relative to it (1 = variants as far apart as unrelated prompts; a ratio, so "
                           "not in 'instability')")
         for note in s.notes:
-            console.print(f"  note: {note}")
+            console.print(f"  note: {user_text(note)}")
         acc = s.correctness
         if acc.get("n"):
             console.print(
@@ -192,7 +194,7 @@ def print_result(result: Evaluation, console: Console | None = None) -> None:
             console.print(kt)
             for axis, eff in s.kind_effects.items():
                 if eff.note:
-                    console.print(f"  {axis}: {eff.note}")
+                    console.print(f"  {user_text(axis)}: {user_text(eff.note)}")
         console.print(reliability_table(s, {a: reliability[(s.name, a)] for a in s.reliability}))
     notes = findings(result)
     if notes:
@@ -200,4 +202,4 @@ def print_result(result: Evaluation, console: Console | None = None) -> None:
                       "over every set and axis it covers; axis relations per set, 'distinct' = |rho| < 0.5 across "
                       "CIs that hold together for every pair; see docs/findings.md)")
         for n in notes:
-            console.print(f"  - {n}")
+            console.print(f"  - {user_text(n)}")

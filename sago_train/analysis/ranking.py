@@ -1,4 +1,4 @@
-"""Rank evaluations per set and find rank reversals between sets (SPEC "Rank reversal", finding 3).
+"""Rank evaluations per set and find rank reversals between sets (docs/definitions.md#findings, finding 3).
 
 :func:`compare_evaluations` ranks :class:`~sago_train.analysis.compare.Evaluation` objects per set on each axis (lower
 = more stable; accuracy: higher is better) with :func:`sago_train.functional.relations.rank_reversal`, every entry

@@ -38,7 +38,7 @@ from ..functional.formatting import constant_line, fmt_num, fmt_p, p_text
 from ..functional.wording import READ_BESIDE, change_words, set_context
 from ..io import atomic_write_text
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
-from ..results.layout import HISTORY
+from ..results.layout import HISTORY, REPORT_MD
 from ..results.sets import paired_group_values
 from ..results.store import Run
 from ..version import __version__
@@ -256,7 +256,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
     for ev, lab in zip(last, labels):
         ev.label = lab
     sets = ordered_union(e.sets for e in last)
-    result = ReportResult(out_dir=out, markdown=out / "report.md")
+    result = ReportResult(out_dir=out, markdown=out / REPORT_MD)
     result.notes += [f"{r.label}: skipped {r.skipped_lines} corrupt line(s) of {r.sago_dir / HISTORY} (each logged "
                      "with its line number)" for r in runs if r.skipped_lines]
 

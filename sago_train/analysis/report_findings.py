@@ -44,7 +44,7 @@ def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
     """Markdown lines: reliability (finding 1), axis relations per set (finding 2), rank reversal with robust
     flips (finding 3, with several evaluations and sets)."""
     md = ["## Findings", "",
-          "Each claim with the test behind it (SPEC \"Findings\"); a mean whose CI excludes 0 is no evidence, "
+          "Each claim with the test behind it (docs/definitions.md#findings); a mean whose CI excludes 0 is no evidence, "
           "since every axis is >= 0 by construction.", "",
           "### 1. Is per-group instability noise? (split-half reliability)", "",
           "Each group's variants are split into two fixed, seeded halves (K >= 4); the axis is measured on each "

@@ -9,7 +9,7 @@ from ..analysis.ranking import reversal_headline
 from ..errors import SagoInputError
 from ..functional.formatting import fmt_num
 from ..functional.multiplicity import NOT_ENOUGH_TO_TEST
-from ..io import atomic_write_json
+from ..io import atomic_write_json, check_output_path
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -47,11 +47,11 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
     """First what each set is scored on (the common groups, or not); then rich tables: the entries, and per axis
     the scores with ranks (each entry's accuracy beneath, and a line for an entry ranked first that is
     significantly less accurate than another: docs/accuracy.md), Kendall's tau and the flips."""
-    from rich.markup import escape as esc
     from rich.table import Table
 
     from ..analysis.accuracy_beside import cell_text
     from ..functional.wording import ACCURACY, ACCURACY_QUANTITIES
+    from .console import user_text as esc
 
     for line in result.get("scope", []):
         console.print(esc(line))
@@ -59,8 +59,8 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
     for col in ("label", "kind", "step", "directory", "model"):
         entries.add_column(col)
     for e in result["entries"]:
-        entries.add_row(esc(e["label"]), e["kind"], "-" if e["step"] is None else str(e["step"]), esc(e["path"]),
-                        esc(e["model"] or "-"))
+        entries.add_row(esc(e["label"]), esc(e["kind"]), "-" if e["step"] is None else str(e["step"]),
+                        esc(e["path"]), esc(e["model"] or "-"))
     console.print(entries)
     labels = [e["label"] for e in result["entries"]]
     families = result.get("families", {})
@@ -73,7 +73,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
             (beside.get("scores") or {}).get(s) for s in sets)
         if with_accuracy:
             what += ", and beneath it the entry's accuracy \\[95% CI] on the same groups"
-        t = Table(title=f"{axis} ({direction}): {what}", title_justify="left")
+        t = Table(title=f"{esc(axis)} ({direction}): {what}", title_justify="left")
         t.add_column("")
         for s in sets:
             t.add_column(esc(s), justify="right")
@@ -95,7 +95,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
             if check["axis"] == axis:
                 console.print(f"  [red]less accurate[/red]: {esc(check['line'])}")
         if len(sets) >= 2:
-            tau = Table(title=f"{axis}: Kendall's tau between the sets' rankings", title_justify="left")
+            tau = Table(title=f"{esc(axis)}: Kendall's tau between the sets' rankings", title_justify="left")
             tau.add_column("")
             for s in sets:
                 tau.add_column(esc(s), justify="right")
@@ -113,7 +113,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                       NOT_ENOUGH_TO_TEST: f" ({NOT_ENOUGH_TO_TEST}: too few groups for paired tests to pass after the "
                                           "Holm correction)",
                       "untested": " (untested: no per-group records)"}[f.get("verdict", "untested")]
-            console.print(f"  [yellow]rank flip[/yellow] on {axis}: {esc(o1[0])} beats {esc(o1[1])} on "
+            console.print(f"  [yellow]rank flip[/yellow] on {esc(axis)}: {esc(o1[0])} beats {esc(o1[1])} on "
                           f"'{esc(s1)}', but {esc(o2[0])} beats {esc(o2[1])} on '{esc(s2)}'{robust}")
     for note in [*result["notes"], *(beside.get("notes") or [])]:
         console.print(f"note: {esc(note)}")
@@ -130,9 +130,13 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if len(args.dirs) < 2:
         raise SagoInputError(f"compare needs at least 2 directories, got {len(args.dirs)}")
-    from ..analysis.compare import compare_evaluations, load_sources
-    from .console import make_console
+    from ..analysis.compare import compare_evaluations, load_sources, parse_spec
+    from ..results.layout import result_files
+    from .console import make_console, user_text
 
+    if args.json_out:  # before anything is read: never a directory, a link, or one of the results compared
+        inputs = {label: path for d in args.dirs for label, path in result_files(parse_spec(d)[0]).items()}
+        check_output_path(args.json_out, what="--json", inputs=inputs)
     evals = load_sources(args.dirs, last_only=True)
     result = compare_evaluations(evals, axes=args.axes,  # type: ignore[arg-type]
                                  allow_different_groups=args.allow_different_groups)
@@ -140,5 +144,5 @@ def run(args: argparse.Namespace) -> int:
     print_comparison(result, console)
     if args.json_out:
         atomic_write_json(args.json_out, result)
-        console.print(f"wrote {args.json_out}")
+        console.print(f"wrote {user_text(args.json_out)}")
     return 0

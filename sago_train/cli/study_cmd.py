@@ -12,10 +12,11 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
-from ..io import check_output_dir, is_safe_name
+from ..io import atomic_write_json, check_output_dir, is_safe_name
 from ..results.layout import SUMMARY
 from .dataclass_args import add_dataclass_arguments
 
+COMPARISON = "comparison.json"  # OUT/report/: what sago-train compare --json writes
 DEFAULT_MODELS = ("smollm2=sago://smollm2-135m-instruct", "gemma=sago://gemma-3-270m")
 
 
@@ -27,7 +28,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "OUT/NAME, as 'sago-train eval --out' writes it), then compare them: each set's ranking of the models per "
         "axis, Kendall's tau between the sets' rankings and the robust rank flips (as 'sago-train compare'), and "
         "OUT/report/report.md with the per-model split-half reliability, the per-set axis relations and the plots "
-        "(as 'sago-train report'). Default models: the two real models (" + ", ".join(DEFAULT_MODELS) + ").",
+        "(as 'sago-train report'), and OUT/report/comparison.json (as 'sago-train compare --json'); the findings are "
+        "printed as report.md states them. --reuse keeps the evaluations and recomputes the rest (seconds). "
+        "Default models: the two real models (" + ", ".join(DEFAULT_MODELS) + ").",
     )
     p.add_argument("--model", dest="models", action="append", metavar="NAME=PATH",
                    help="a model folder (full model or PEFT adapter) or sago:// model, named NAME in the output; "
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(str(out), what="--out")
     from ..analysis.compare import compare_evaluations, load_sources
     from ..analysis.report import write_report
+    from ..analysis.report_findings import findings_markdown
     from ..data.sources import sets_from_specs
     from ..eval.evaluator import SAGOEvaluator
     from ..functional.formatting import fmt_num
@@ -118,7 +122,13 @@ def run(args: argparse.Namespace) -> int:
     comparison = compare_evaluations(evals)
     print_comparison(comparison, console)
     report = write_report(evals, out / "report")
+    atomic_write_json(out / "report" / COMPARISON, comparison)
+    # The findings as report.md states them (per model: reliability per set and axis, axis relations per set;
+    # across models: rank reversal), printed from the recorded evaluations, so a --reuse run prints them too.
+    for line in findings_markdown(evals):
+        console.print(line, markup=False, highlight=False)
     console.print(f"study: wrote {report.markdown} (reliability per model, axis relations per set, rank reversal, "
-                  f"plots) and {len(models)} evaluation directories under {out}"
+                  f"plots), {out / 'report' / COMPARISON} (the rankings, Kendall's tau and flips above) and "
+                  f"{len(models)} evaluation directories under {out}"
                   + (f"; evaluations took {sum(timings.values()):.0f} s" if timings else ""))
     return 0

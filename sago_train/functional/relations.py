@@ -1,4 +1,4 @@
-"""How axes, kinds and sets relate (SPEC "Findings"): the effect of the variant kind on instability, the
+"""How axes, kinds and sets relate (docs/definitions.md#findings): the effect of the variant kind on instability, the
 correlation between axes, and rank reversals between sets. Pure numpy/scipy, like :mod:`.stats`."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def kind_effect(per_variant: Sequence[Sequence[float]] | np.ndarray, kinds: list
     ``per_variant`` is ``[G, K]``: one value per group and variant, column k = kind ``kinds[k]`` in every group.
     Rows with any NaN are dropped (``n`` = rows used). With K >= 3 the test is
     ``scipy.stats.friedmanchisquare`` over the columns (``test="friedman"``). With K == 2 there is no test
-    (``test="none"``, NaN statistic and p-value, a ``note``): SPEC skips it because a pairwise axis gives
+    (``test="none"``, NaN statistic and p-value, a ``note``): the manual skips it (docs/definitions.md#statistics) because a pairwise axis gives
     both variants the same value by construction. Fewer than 2 usable groups gives NaN statistic and
     p-value; data with no variation within any group gives statistic 0 and p-value 1.
 

@@ -35,20 +35,42 @@ K = TypeVar("K", bound=Hashable)
 
 
 # ------------------------------------------------------------------------------------------------ reliability
-def split_halves(k: int, group_id: str, seed: int = 0) -> tuple[list[int], list[int]] | None:
+def split_halves(k: int, group_id: str, seed: int = 0, *, kinds: Sequence[str] | None = None
+                 ) -> tuple[list[int], list[int]] | None:
     """A fixed, seeded split of a group's ``k`` variant indices into two disjoint halves (sizes ``k // 2``
-    and ``k - k // 2``, each sorted), the same for the same group id and seed; None when ``k < 4``.
+    and ``k - k // 2``, each sorted); None when ``k < 4``.
+
+    Without ``kinds`` the split is seeded by the group id. With ``kinds`` (one per variant) it depends on the
+    kinds alone: every group with the same kinds puts the same kinds in each half, whatever their order. Where
+    one kind moves an axis most (the real sets' ``format`` variants), an id-seeded split puts
+    that kind in half A of some groups and half B of others, so the halves disagree by construction (a strongly
+    negative r: the test cannot show reliability however consistent the groups are); a kind-aligned split
+    shifts the same half in every group, which Spearman across groups ignores.
 
     Example:
         >>> split_halves(4, "g1") == split_halves(4, "g1")
         True
         >>> split_halves(3, "g1") is None
         True
+        >>> kinds = ["canonical", "paraphrase", "format", "typo"]
+        >>> a, _ = split_halves(4, "g1", kinds=kinds)
+        >>> b, _ = split_halves(4, "g2", kinds=kinds[::-1])  # another group, its variants in another order
+        >>> {kinds[i] for i in a} == {kinds[::-1][i] for i in b}  # the same kinds in half A
+        True
     """
     if k < MIN_K_SPLIT:
         return None
-    order = list(range(k))
-    random.Random(f"sago-split:{seed}:{group_id}").shuffle(order)
+    if kinds is None:
+        order = list(range(k))
+        random.Random(f"sago-split:{seed}:{group_id}").shuffle(order)
+    else:
+        if len(kinds) != k:
+            raise ValueError(f"expected one kind per variant ({k}), got {len(kinds)}")
+        names = sorted(set(kinds))
+        random.Random(f"sago-split:{seed}:kinds:" + "\x1f".join(names)).shuffle(names)
+        rank = {name: i for i, name in enumerate(names)}
+        # Variants ordered by their kind's seeded rank (a repeated kind by position), then cut in two.
+        order = sorted(range(k), key=lambda i: (rank[kinds[i]], i))
     return sorted(order[: k // 2]), sorted(order[k // 2:])
 
 

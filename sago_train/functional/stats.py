@@ -1,4 +1,4 @@
-"""Statistics over per-group axis values (see SPEC.md, "Statistics").
+"""Statistics over per-group axis values (docs/definitions.md#statistics).
 
 Pure numpy/scipy: no torch, no I/O. Every function takes per-group values (one float per variant group, NaN where
 an axis is undefined for a group), drops the NaNs and reports in ``n`` how many values it used. Random resampling
@@ -43,6 +43,7 @@ __all__ = [
     "paired_verdict",
     "paired_verdict_by_id",
     "to_jsonable",
+    "worse_verdict",
 ]
 
 #: The significance level of every verdict (report, compare, the callback's ``_vs_baseline``/``_vs_best``) unless a
@@ -51,6 +52,7 @@ ALPHA = 0.05
 BETTER, WORSE = "better", "worse"
 NO_DIFFERENCE = "no significant difference"
 NOT_ENOUGH = "not enough groups"
+NOT_WORSE = "not significantly worse"
 
 _ALTERNATIVES = ("greater", "less", "two-sided")
 # Upper bound on the number of resampled indices held in memory at once (rows of the bootstrap are drawn in chunks).
@@ -468,3 +470,51 @@ def paired_verdict(
                      higher_is_better=higher_is_better, alpha=alpha, min_delta=min_delta)
     return Verdict(verdict, res.mean_diff, res.ci_low, res.ci_high, res.p_value, p_better, res.n, float(alpha),
                    float(min_delta), bool(higher_is_better))
+
+
+def worse_verdict(
+    before: Sequence[float] | np.ndarray,
+    after: Sequence[float] | np.ndarray,
+    *,
+    higher_is_better: bool = False,
+    alpha: float = ALPHA,
+    min_delta: float = 0.0,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> Verdict:
+    """:func:`paired_verdict` asked one question chosen in advance, "is ``after`` worse?" (early stopping's): the
+    same rule (:func:`decide`) on the same numbers, so ``verdict == "worse"`` exactly when :func:`paired_verdict`
+    says so. Only what that answer needs is computed: the bootstrap CI only once the mean is worse by at least
+    ``min_delta`` and ``p_worse < alpha`` (else the bounds are NaN), and ``p_better`` never (NaN). Any other
+    answer is ``"not significantly worse"`` (it may be better) or ``"not enough groups"``.
+
+    Example:
+        >>> v = worse_verdict([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.3, 0.5, 0.4, 0.6, 0.7, 0.8])
+        >>> v.verdict, round(v.p_worse, 6), v.ci_low > 0
+        ('worse', 0.015625, True)
+        >>> worse_verdict([0.3, 0.5, 0.4, 0.6, 0.7, 0.8], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]).verdict
+        'not significantly worse'
+    """
+    if not (0.0 < float(alpha) < 1.0):
+        raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
+    if not (math.isfinite(float(min_delta)) and min_delta >= 0):
+        raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
+    b, a = _as_1d(before, "before"), _as_1d(after, "after")
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"worse_verdict needs the same groups in both: before has {b.shape[0]} values, after has "
+                         f"{a.shape[0]}")
+    d = (a - b)[~(np.isnan(a) | np.isnan(b))]
+    n = int(d.shape[0])
+    mean = float(d.mean()) if n else _NAN
+    sign = -1.0 if higher_is_better else 1.0
+    p_worse, low, high = _NAN, _NAN, _NAN
+    if n >= min_groups(alpha) and sign * mean >= min_delta and sign * mean > 0:
+        # Both sides of the rule are needed only when the cheaper ones already point to "worse".
+        p_worse = float(_quiet(_st.wilcoxon, d, alternative="less" if higher_is_better else "greater").pvalue)
+        if p_worse < alpha:
+            ci = _summary(d, int(n_resamples), 1.0 - float(alpha), seed)
+            low, high = ci.ci_low, ci.ci_high
+    verdict = decide(mean, low, high, p_worse, _NAN, n, higher_is_better=higher_is_better, alpha=alpha,
+                     min_delta=min_delta)
+    return Verdict(NOT_WORSE if verdict == NO_DIFFERENCE else verdict, mean, low, high, p_worse, _NAN, n,
+                   float(alpha), float(min_delta), bool(higher_is_better))

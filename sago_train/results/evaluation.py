@@ -19,10 +19,11 @@ import numpy as np
 from ..errors import SagoInputError, type_name
 from ..functional import findings, relations, stats
 from ..functional.stats import Summary
-from ..io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..io import atomic_write_files, check_output_path, json_bytes, jsonl_bytes, read_jsonl
+from ..limits import read_bounded_text
 from ..version import __version__
 from .group import ACCURACY, BETWEEN, INSTABILITY, GroupRecord, is_number, to_float
-from .layout import SUMMARY, records_path
+from .layout import SUMMARY, records_name, records_path
 from .sets import SetEvaluation, _mean_summary
 
 __all__ = ["ACCURACY", "BETWEEN", "INSTABILITY", "Evaluation", "GroupRecord", "SetEvaluation", "ordered_union",
@@ -235,12 +236,25 @@ class Evaluation:
             (['s.jsonl', 'summary.json'], 0.2)
         """
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        paths = self.output_files(out, list(self.sets))
+        for path in paths:  # a link or a directory in a file's place is refused before anything is written
+            check_output_path(path, what="evaluation output", root=out)
         summary = self.to_summary()  # computed first: a failure leaves no half-written directory
-        for name, s in self.sets.items():
-            atomic_write_jsonl(records_path(out, name), [g.to_dict() for g in s.groups or []])
-        atomic_write_json(out / SUMMARY, summary)
+        data = [jsonl_bytes([g.to_dict() for g in s.groups or []]) for s in self.sets.values()] + [json_bytes(summary)]
+        atomic_write_files(dict(zip(paths, data)))  # all or nothing: a full disk leaves the previous files
         return out
+
+    @staticmethod
+    def output_files(out_dir: str | Path, set_names: Sequence[str]) -> list[Path]:
+        """The files :meth:`write` writes into ``out_dir``: one ``<set>.jsonl`` per set, then ``summary.json``
+        (the CLI checks each before the evaluation runs).
+
+        Example:
+            >>> [p.name for p in Evaluation.output_files("out", ["a"])]
+            ['a.jsonl', 'summary.json']
+        """
+        out = Path(out_dir)
+        return [out / records_name(name) for name in set_names] + [out / SUMMARY]
 
     @classmethod
     def read(cls, path: str | Path) -> Evaluation:
@@ -249,7 +263,7 @@ class Evaluation:
         path = Path(path)
         src = path / SUMMARY
         try:
-            data = json.loads(src.read_text(encoding="utf-8-sig"))
+            data = json.loads(read_bounded_text(src, what="summary.json"))  # a regular file within the set limit
         except json.JSONDecodeError as err:
             raise SagoInputError(f"malformed JSON: {err.msg} (column {err.colno})", source=str(src),
                                  line=err.lineno) from None

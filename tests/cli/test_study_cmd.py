@@ -38,7 +38,14 @@ def test_study_evaluates_every_model_then_compares_and_reports(tmp_path, capsys,
     report = (tmp_path / "study" / "report" / "report.md").read_text()
     assert "### 1. Is per-group instability noise?" in report and "### 3. Do rankings reverse across sets?" in report
     assert "Kendall's tau between the sets' rankings" in out and "scored on 6 common groups of set" in out
+    # The findings are printed as report.md states them, and the comparison is kept as JSON.
+    assert "### 1. Is per-group instability noise?" in out and "### 3. Do rankings reverse across sets?" in out
+    assert "| shipped | paraphrase | activation |" in out
+    comparison = json.loads((tmp_path / "study" / "report" / "comparison.json").read_text())
+    assert [e["label"] for e in comparison["entries"]] == ["random", "shipped"]
+    assert sorted(comparison["sets"]) == ["format", "paraphrase", "typo"] and "activation" in comparison["axes"]
     # Evaluated once: a second run with --reuse keeps both evaluations (same options).
     assert main([*argv, "--reuse"]) == 0
     again = capsys.readouterr().out
     assert "study: random: reusing" in again and "study: shipped: reusing" in again
+    assert "### 1. Is per-group instability noise?" in again and "| shipped | paraphrase | activation |" in again

@@ -34,9 +34,71 @@ def test_split_halves_fixed_disjoint_and_seeded():
         assert (len(a), len(b)) == (k // 2, k - k // 2)
         assert split_halves(k, "g7", seed=3) == (a, b)
     assert split_halves(3, "g7") is None and split_halves(2, "g7") is None
-    # The split differs between groups (it is not one fixed pattern that could align with variant kinds).
+    # Without kinds the split differs between groups (seeded by the group id).
     splits = {tuple(split_halves(6, f"g{i}")[0]) for i in range(30)}
     assert len(splits) > 5
+
+
+KINDS = ["canonical", "paraphrase", "format", "typo"]
+
+
+def test_split_halves_with_kinds_puts_the_same_kinds_in_each_half():
+    rng = np.random.default_rng(0)
+    for seed in range(4):
+        halves = set()
+        for i in range(20):
+            kinds = list(rng.permutation(KINDS))  # each group lists its variants in another order
+            a, b = split_halves(4, f"g{i}", seed=seed, kinds=kinds)
+            assert sorted(a + b) == [0, 1, 2, 3]
+            halves.add((frozenset(kinds[j] for j in a), frozenset(kinds[j] for j in b)))
+        assert len(halves) == 1  # one kind split for every group
+    # A repeated kind: still disjoint halves of k // 2 and k - k // 2 variants, the same for the same kinds.
+    kinds = ["canonical", "paraphrase", "paraphrase", "paraphrase", "typo", "typo"]
+    a, b = split_halves(6, "x", kinds=kinds)
+    assert (len(a), len(b)) == (3, 3) and sorted(a + b) == list(range(6))
+    assert split_halves(6, "y", kinds=kinds) == (a, b)
+    with pytest.raises(ValueError, match="one kind per variant"):
+        split_halves(4, "x", kinds=KINDS[:3])
+
+
+def _simulated_reliability(rng, *, group_effect: bool, by_kind: bool, n: int = 20, dim: int = 64):
+    """One simulated set: each group's four variants are its base hidden state (random direction, fixed
+    norm) plus a per-kind offset shared by every group - 'format' far off, as on the real sets - plus noise
+    whose scale is the group's own (a true group effect: lognormal across groups) or the same for every group
+    (the null). Variants are listed in a random order per group. Returns the activation axis's split-half
+    reliability through split_halves -> activation_instability on each half -> split_half_reliability."""
+    scale = dict(zip(KINDS, (0.0, 0.3, 1.5, 0.3)))
+    offsets = {k: torch.tensor(rng.normal(size=dim)) * s for k, s in scale.items()}
+    half_a, half_b = [], []
+    for i in range(n):
+        base = torch.tensor(rng.normal(size=dim))
+        base = 4 * base / base.norm()
+        sigma = 0.3 * (math.exp(rng.normal(0.0, 1.2)) if group_effect else 1.0)
+        kinds = list(rng.permutation(KINDS))
+        hidden = torch.stack([base + offsets[k] + sigma * torch.tensor(rng.normal(size=dim)) for k in kinds])
+        a, b = split_halves(4, f"g{i}", kinds=kinds if by_kind else None)
+        half_a.append(activation_instability(hidden[a, None]).value)
+        half_b.append(activation_instability(hidden[b, None]).value)
+    return split_half_reliability(half_a, half_b, n_permutations=199, seed=int(rng.integers(1 << 30)))
+
+
+@pytest.mark.slow
+def test_kind_aligned_split_keeps_the_error_rate_and_finds_what_the_id_split_misses():
+    """Error rate and power measured under a known truth (100 simulated sets each): with a strong kind
+    effect, the kind-aligned split calls a set 'not noise' at most at alpha when groups do not differ (the
+    null), and mostly when they do; the id-seeded split, where the far-off kind lands in half A of some groups
+    and half B of others, almost never does (its r is driven negative), which is what the real models showed."""
+    def rate(**kw):
+        rng = np.random.default_rng(7)
+        rels = [_simulated_reliability(rng, **kw) for _ in range(100)]
+        return float(np.mean([r.verdict() == "not noise" for r in rels])), float(np.mean([r.r for r in rels]))
+
+    null_rate, null_r = rate(group_effect=False, by_kind=True)
+    assert null_rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 100) and abs(null_r) < 0.1
+    aligned_power, aligned_r = rate(group_effect=True, by_kind=True)
+    id_power, id_r = rate(group_effect=True, by_kind=False)
+    assert aligned_power >= 0.6 and aligned_r > 0.4
+    assert id_power <= 0.1 and id_r < aligned_r - 0.3
 
 
 # ------------------------------------------------------------------------------------------------ reliability
@@ -231,7 +293,7 @@ def test_evaluator_half_values_equal_the_axes_on_each_half(byte_tokenizer, tiny_
         if g.id == "short":
             assert g.split is None and g.halves == {}  # K = 3 < 4: no split
             continue
-        assert g.split == [list(h) for h in split_halves(len(g.variants), g.id, seed=5)]
+        assert g.split == [list(h) for h in split_halves(len(g.variants), g.id, seed=5, kinds=g.kinds)]
         for half, idx in enumerate(g.split):
             h = hidden[g.id][idx]
             assert g.halves["activation"][half] == pytest.approx(activation_instability(h).value, abs=1e-4)
@@ -406,3 +468,15 @@ def test_relations_say_not_enough_groups_when_neither_verdict_can_pass():
     rels = axis_relations({"s": {"a": x, "b": x, "c": x[::-1]}}, n_resamples=200)
     assert {r.verdict for r in rels} == {"not enough groups to test"}
     assert all(r.p_holm >= 0.05 for r in rels) and "not enough groups to test" in rels[0].sentence()
+
+
+def test_evaluator_splits_groups_with_the_same_kinds_alike(byte_tokenizer, tiny_llama):
+    records = []
+    for i, order in enumerate([[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1], [1, 3, 0, 2]]):
+        texts = [f"The number {i} is", f"What is {i}?", f"Q: {i}\nA:", f"teh number {i} is"]
+        records.append({"id": f"g{i}", "variants": [texts[j] for j in order], "kinds": [KINDS[j] for j in order],
+                        "reference": f" {i}"})
+    s = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0], axes="activation", max_new_tokens=1).evaluate(
+        VariantSet.from_records(records, name="k")).sets["k"]
+    kind_halves = {tuple(frozenset(g.kinds[j] for j in half) for half in g.split) for g in s.groups}
+    assert len(s.groups) == 4 and len(kind_halves) == 1

@@ -9,7 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from sago_train.functional.findings import NOT_ENOUGH_TO_TEST, holm, reliability_family, split_half_reliability
+from sago_train.functional.findings import (
+    NOT_ENOUGH_TO_TEST,
+    holm,
+    reliability_family,
+    split_half_reliability,
+)
 
 ALPHA = 0.05
 AXES = ("activation", "activation_rel", "confidence")

@@ -558,6 +558,33 @@ def test_decide_on_recorded_numbers_treats_missing_as_not_significant():
     assert stats.decide(0.1, -0.01, 0.2, 0.03, 0.97, 20) == stats.NO_DIFFERENCE
 
 
+def test_worse_verdict_says_worse_exactly_when_the_full_verdict_does():
+    """Early stopping's directed question: the same "worse" as paired_verdict on the same numbers, with the same
+    p and CI when it is worse; the CI (and p_better) are only skipped where they cannot change the answer."""
+    rng = np.random.default_rng(7)
+    seen = set()
+    for case in range(300):
+        n = int(rng.integers(3, 40))
+        before = rng.uniform(0.1, 0.9, n)
+        after = before + rng.normal(rng.choice([-0.05, 0.0, 0.02, 0.05]), rng.choice([0.01, 0.05, 0.2]), n)
+        after[rng.random(n) < 0.1] = NAN
+        kw = dict(higher_is_better=bool(case % 2), alpha=float(rng.choice([0.05, 0.01, 0.002])),
+                  min_delta=float(rng.choice([0.0, 0.0, 0.03])), seed=case)
+        full, fast = stats.paired_verdict(before, after, **kw), stats.worse_verdict(before, after, **kw)
+        assert (fast.verdict == stats.WORSE) == (full.verdict == stats.WORSE), (case, full, fast)
+        assert (fast.verdict == stats.NOT_ENOUGH) == (full.verdict == stats.NOT_ENOUGH)
+        assert fast.n == full.n and fast.mean_diff == pytest.approx(full.mean_diff, nan_ok=True)
+        if fast.verdict == stats.WORSE:
+            assert (fast.p_worse, fast.ci_low, fast.ci_high) == (full.p_worse, full.ci_low, full.ci_high)
+        elif fast.verdict != stats.NOT_ENOUGH:
+            assert fast.verdict == stats.NOT_WORSE and math.isnan(fast.p_better)
+        seen.add((full.verdict, fast.verdict))
+    # Every branch was met: worse, better (not worse here), no difference, too few groups.
+    assert {stats.WORSE, stats.BETTER, stats.NO_DIFFERENCE, stats.NOT_ENOUGH} <= {full for full, _ in seen}
+    with pytest.raises(ValueError, match="same groups"):
+        stats.worse_verdict([0.1, 0.2], [0.1])
+
+
 def _ratio_ci_reference(num, den, n_resamples, seed, confidence=0.95):
     """Plain loop: the same seeded index draws (one chunk), the pooled ratio of each resample, percentiles."""
     rng = np.random.default_rng(seed)
