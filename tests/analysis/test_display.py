@@ -31,7 +31,7 @@ def pool():
     return sorted({v for vs in resolve_sets(bundled_sets("tiny")).values() for g in vs.groups for v in g.variants})
 
 
-@pytest.mark.slow  # ~60 s: 8 real evaluations of 3 x 24 groups, then 8 comparisons of 6 entries
+@pytest.mark.slow  # 8 s + the model load on an idle core (35 s loaded): 8 real evaluations, 8 comparisons
 def test_real_tiny_model_findings_under_a_pool_null(tiny_evaluator, pool):
     from sago_train.data import VariantSet
 
@@ -55,7 +55,7 @@ def test_real_tiny_model_findings_under_a_pool_null(tiny_evaluator, pool):
     assert noise <= old_noise and kind <= old_kind
 
 
-@pytest.mark.slow  # ~15 s
+@pytest.mark.slow  # the model load, shared with the test above
 def test_real_tiny_model_instability_is_not_noise_when_groups_truly_differ(tiny_evaluator, pool):
     """Power on the same model: half the groups are one prompt with trivial edits (the model barely moves),
     half are 4 unrelated prompts; every ordering of groups reproduces across halves of their variants."""

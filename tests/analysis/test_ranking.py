@@ -36,7 +36,7 @@ def _old_rule(result: dict) -> bool:
                for r in result["axes"].values() for f in r["flips"])
 
 
-@pytest.mark.slow  # ~15 s each on an idle core: 80 comparisons of 4 entries x 3 sets x 24 groups x 3 axes
+@pytest.mark.slow  # 9 s each on an idle core (30-80 s on a loaded one): 80 comparisons of 4 x 3 x 24 x 3
 @pytest.mark.parametrize("separated", [0.0, 0.3])
 def test_robust_flip_family_wise_rate_when_no_flip_is_true(separated):
     """No entry differs on sets 1 and 2 (``separated=0``: nor on set 0; ``0.3``: on set 0 entry e is shifted
