@@ -37,7 +37,7 @@ import numpy as np
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback
-from sago_train.functional import stats
+from sago_train.functional import stats, verdict_rule
 from sago_train.functional.stats import Summary
 from sago_train.results.evaluation import Evaluation
 from sago_train.results.group import GroupRecord
@@ -132,7 +132,7 @@ def old_stop_index(run: np.ndarray, patience: int, alpha: float) -> int | None:
         if run[t].mean() < best.mean():
             best, counter = run[t], 0
             continue
-        worse = stats.worse_verdict(best, run[t], alpha=alpha).verdict == stats.WORSE
+        worse = verdict_rule.worse_verdict(best, run[t], alpha=alpha).verdict == stats.WORSE
         counter = counter + 1 if worse else 0
         if counter >= patience:
             return t

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import SagoInputError, unknown_name_error
-from ..functional import findings, relations, stats
+from ..functional import findings, relations, stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
 from ..functional.multiplicity import NOT_ENOUGH_TO_TEST, holm, holm_reachable
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
@@ -50,7 +50,7 @@ def paired_flip_test(a: Evaluation, b: Evaluation, set_name: str, axis: str, *, 
         return None
     # The CI's resamples: the fewer of the two evaluations' own (2000 unless they were made with fewer).
     n_resamples = min(a.sets[set_name].n_bootstrap, b.sets[set_name].n_bootstrap)
-    v = stats.paired_verdict_by_id(va, vb, ids=ids, higher_is_better=higher_is_better(axis), alpha=alpha,
+    v = verdict_rule.paired_verdict_by_id(va, vb, ids=ids, higher_is_better=higher_is_better(axis), alpha=alpha,
                                    n_resamples=n_resamples, seed=seed)
     if v is None or v.n == 0:
         return None

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SagoInputError
-from ..functional import stats
+from ..functional import stats, verdict_rule
 from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
 from ..functional.axes.registry import higher_is_better
 from ..functional.formatting import constant_line, fmt_num, fmt_p, p_text
@@ -58,11 +58,11 @@ from .report_plots import (
 __all__ = ["ALPHA", "ReportResult", "is_significant", "paired_against_first", "write_report"]
 
 ALPHA = stats.ALPHA
-#: How the report states the one verdict rule (stats.decide), beside every table that carries a verdict.
+#: How the report states the one verdict rule (verdict_rule.decide), beside every table that carries a verdict.
 RULE = (f"'more/less stable' only when the one-sided Wilcoxon signed-rank p < {ALPHA} in that direction AND the "
         f"{1 - ALPHA:.0%} paired-bootstrap CI of the difference excludes 0 on the same side (the rule shared with "
         f"`compare`, the training callback and early stopping); 'not enough groups' below "
-        f"{stats.min_groups(ALPHA)} paired groups, where no such test can reach p < {ALPHA}")
+        f"{verdict_rule.min_groups(ALPHA)} paired groups, where no such test can reach p < {ALPHA}")
 
 
 @dataclass
@@ -125,7 +125,7 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
     for the accuracy quantities ``accuracy``, ``accuracy_all`` and ``accuracy_worst_kind``, compared beside the
     axes, higher is better and the p-values read "less/more accurate"),
     its ``1 - alpha`` paired-bootstrap CI and the one-sided Wilcoxon p-values of each direction. ``outcome`` is the
-    one verdict rule's (:func:`sago_train.functional.stats.paired_verdict`: ``better``, ``worse``, ``no significant
+    one verdict rule's (:func:`sago_train.functional.verdict_rule.paired_verdict`: ``better``, ``worse``, ``no significant
     difference`` or ``not enough groups``), ``verdict`` the same in words. With ``activation_rel`` recorded, a
     ``between_dispersion`` row compares each group's distance to the other groups ("p_less_stable" = p of
     "higher"): "less dispersed" flags a fine-tune that pulled unrelated prompts together (a collapse).
@@ -154,7 +154,7 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                     continue
                 before_by_id, after_by_id = values
                 # between_dispersion is judged in its raw direction (higher = "worse" side = more dispersed).
-                v = stats.paired_verdict_by_id(before_by_id, after_by_id, alpha=alpha, seed=seed,
+                v = verdict_rule.paired_verdict_by_id(before_by_id, after_by_id, alpha=alpha, seed=seed,
                                                higher_is_better=axis != BETWEEN and higher_is_better(axis))
                 if v is None:
                     rows.append({**row, "n": 0, "verdict": "no common groups"})
@@ -200,7 +200,7 @@ def _since_baseline(run: Run) -> tuple[list[list[Any]], list[str]]:
             if res:
                 # The one rule on the recorded numbers (a line written before it carries no p_better: never
                 # "more").
-                outcomes[axis] = stats.decide(_num(res.get("mean_diff")), _num(res.get("ci_low")),
+                outcomes[axis] = verdict_rule.decide(_num(res.get("mean_diff")), _num(res.get("ci_low")),
                                               _num(res.get("ci_high")), _num(res.get("p_value")),
                                               _num(res.get("p_better")), int(_num(res.get("n")) if res.get("n") else 0),
                                               higher_is_better=higher_is_better(axis))

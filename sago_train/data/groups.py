@@ -22,19 +22,21 @@ from ..limits import (
     MAX_VARIANT_CHARS,
     MAX_VARIANTS_PER_GROUP,
 )
+from .group_checks import (  # noqa: F401 - ANSWER_*, CHAT_ROLES, reference_aliases re-exported
+    ANSWER_HINT,
+    ANSWER_NEEDS_CHOICES,
+    CHAT_ROLES,
+    check_choice_orders,
+    check_messages,
+    check_reference,
+    reference_aliases,
+)
 
 Message = dict[str, str]
 Variant = str | list[Message]
 
 GROUP_KEYS = ("id", "variants", "kinds", "canonical", "reference", "choices", "answer", "meta")
-CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 # Set names become file names (<out>/<set>.jsonl); restricting them keeps outputs inside the output dir.
-
-
-# 'answer' is the option index of a multiple-choice group; a free-text answer is a 'reference'.
-ANSWER_NEEDS_CHOICES = "'answer' needs 'choices' (it is the index of the correct option)"
-ANSWER_HINT = ("for a free-text answer use 'reference' (e.g. {\"question\": ..., \"reference\": \"Paris\"}); "
-                "'answer' goes with 'choices'")
 
 
 def subset_indices(n: int, max_groups: int | None, seed: int, name: str) -> list[int]:
@@ -65,31 +67,6 @@ def too_long_variant(group: VariantGroup, max_chars: int = MAX_VARIANT_CHARS) ->
         if variant_chars(x) > max_chars:
             return i
     return None
-
-
-def check_reference(value: Any) -> None:
-    """A reference is a non-empty string, or a non-empty list of them (aliases, any one right); raises a
-    :class:`SagoInputError` on ``reference`` otherwise (without location; callers add it)."""
-    if value is None:
-        return
-    aliases = value if isinstance(value, list) else [value]
-    if not aliases:
-        raise SagoInputError("reference is an empty list", key="reference",
-                             hint='give a string, or a list of aliases such as ["Kyiv", "Kiev"]')
-    for i, alias in enumerate(aliases):
-        where = f"alias {i}" if isinstance(value, list) else "reference"
-        if not isinstance(alias, str):
-            raise SagoInputError(f"{where}: expected a string, got {type_name(alias)}", key="reference",
-                                 hint='a reference is a string or a list of strings (aliases, any one right)')
-        if not alias.strip():
-            raise SagoInputError(f"{where} is empty", key="reference", hint="omit it to use the greedy output")
-
-
-def reference_aliases(value: str | list[str] | None) -> list[str]:
-    """Every accepted answer of a reference as given: ``[value]`` for a string, the list itself, ``[]``."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 @dataclass
@@ -209,28 +186,6 @@ class VariantGroup:
             raise SagoInputError(err.message, key=err.key, hint=err.hint, **where) from None
 
 
-def _check_message_list(value: list[Any], i: int) -> None:
-    if not value:
-        raise SagoInputError(f"variant {i} is an empty message list", key="variants")
-    for j, msg in enumerate(value):
-        if not isinstance(msg, Mapping):
-            raise SagoInputError(
-                f"variant {i}, message {j}: expected an object with 'role' and 'content', got {type_name(msg)}",
-                key="variants",
-            )
-        role, content = msg.get("role"), msg.get("content")
-        if role not in CHAT_ROLES:
-            raise SagoInputError(
-                f"variant {i}, message {j}: role {short_repr(role)} is not one of {', '.join(CHAT_ROLES)}."
-                + (did_you_mean(role, CHAT_ROLES) if isinstance(role, str) else ""),
-                key="variants",
-            )
-        if not isinstance(content, str):
-            raise SagoInputError(
-                f"variant {i}, message {j}: expected string 'content', got {type_name(content)}", key="variants"
-            )
-
-
 def validate_group(g: VariantGroup) -> None:
     """Validate a group in place (raises :class:`SagoInputError` without location; callers add it)."""
     v = g.variants
@@ -252,7 +207,7 @@ def validate_group(g: VariantGroup) -> None:
             if not x.strip():
                 raise SagoInputError(f"variant {i} is empty", key="variants")
         elif isinstance(x, list):
-            _check_message_list(x, i)
+            check_messages(x, i)
         else:
             raise SagoInputError(
                 f"variant {i}: expected a string or a list of chat messages, got {type_name(x)}", key="variants"
@@ -302,34 +257,7 @@ def validate_group(g: VariantGroup) -> None:
                 )
     if not isinstance(g.meta, dict):
         raise SagoInputError(f"expected an object, got {type_name(g.meta)}", key="meta")
-    _check_choice_orders(g)
-
-
-def _check_choice_orders(g: VariantGroup) -> None:
-    """``meta.generation`` (written by the generators) is an object; its ``choice_orders`` give, per variant, the
-    order in which that variant shows the choices: one permutation of the choice indices per variant. Anything
-    else (a negative, repeated or out-of-range index, a string, too few orders) would score a variant's answer
-    against the wrong option."""
-    gen = g.meta.get("generation")
-    if gen is None:
-        return
-    if not isinstance(gen, dict):
-        raise SagoInputError(f"expected an object, got {type_name(gen)}", key="meta.generation")
-    orders = gen.get("choice_orders")
-    if orders is None:
-        return
-    key = "meta.generation.choice_orders"
-    if g.choices is None:
-        raise SagoInputError("choice orders need 'choices'", key=key)
-    if not isinstance(orders, list) or len(orders) != len(g.variants):
-        got = f"{len(orders)}" if isinstance(orders, list) else type_name(orders)
-        raise SagoInputError(f"expected one order of the choices per variant ({len(g.variants)}), got {got}", key=key)
-    n = len(g.choices)
-    for k, order in enumerate(orders):
-        ok = isinstance(order, list) and all(isinstance(j, int) and not isinstance(j, bool) for j in order)
-        if not ok or sorted(order) != list(range(n)):
-            raise SagoInputError(f"order {k}: expected each choice index 0..{n - 1} once, got {short_repr(order)}",
-                                 key=key)
+    check_choice_orders(g.meta, g.choices, len(g.variants))
 
 
 @dataclass

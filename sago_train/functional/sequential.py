@@ -39,7 +39,7 @@ def look_level(alpha: float, look: int, looks: int | None) -> float:
 
 def unreachable_look(alpha: float, looks: int | None, n: int) -> int | None:
     """The first look whose level a one-sided Wilcoxon test on ``n`` pairs can never reach (its smallest p is
-    ``2**-n``, as :func:`~sago_train.functional.stats.min_groups` says), or None when every planned look can. Without
+    ``2**-n``, as :func:`~sago_train.functional.verdict_rule.min_groups` says), or None when every planned look can. Without
     a plan the levels keep falling, so some look always is.
 
     Example:

@@ -13,7 +13,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError, did_you_mean, short_repr
-from ..functional import stats
+from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
 from ..functional.sequential import look_level, unreachable_look
 from ..results.evaluation import Evaluation
@@ -45,7 +45,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     is the per-group mean of the first ``patience`` evaluations (from ``reference_step``; the step-0 baseline
     only with ``exclude_baseline=False``), the *window* that of the latest ``patience``. Each evaluation from the
     one that fills the window is a *look*: the window against the reference, paired by group id, by the one
-    verdict rule (:func:`sago_train.functional.stats.decide`) at the look's level; training stops at the first
+    verdict rule (:func:`sago_train.functional.verdict_rule.decide`) at the look's level; training stops at the first
     look that is worse. The level is ``alpha / L`` for the ``L`` looks the run plans (:meth:`plan`, called by the
     :class:`SAGOCallback` at train start), so by the union bound a trendless run is stopped with a probability
     of at most ``alpha`` however many evaluations it has; a look past the plan cannot stop; without a plan the
@@ -194,7 +194,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                 f"early stopping on {self.metric} tests its first look at level {level:.3g} (alpha {self.alpha:g} "
                 f"over {self.looks or 'an unplanned number of'} look(s)), which a one-sided Wilcoxon test on "
                 f"{n_groups} group(s) can never reach (its smallest p is 2^-{n_groups}); it needs >= "
-                f"{stats.min_groups(level)} groups", key="max_groups",
+                f"{verdict_rule.min_groups(level)} groups", key="max_groups",
                 hint="evaluate more groups (max_groups, or a larger set), plan fewer evaluations (a larger "
                      "eval_steps), or raise alpha")
         if bad is not None and bad < 1000:
@@ -334,7 +334,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         ref, cur = _group_means(self.reference), _group_means(self.window)
         common = [g for g in cur if g in ref]
         hib = higher_is_better(self.axis)
-        res = stats.worse_verdict([ref[g] for g in common], [cur[g] for g in common], higher_is_better=hib,
+        res = verdict_rule.worse_verdict([ref[g] for g in common], [cur[g] for g in common], higher_is_better=hib,
                                   alpha=level, min_delta=self.min_delta)
         sign = -1.0 if hib else 1.0
         decision.update(stats.to_jsonable({"delta": sign * res.mean_diff, "p_value": res.p_worse,

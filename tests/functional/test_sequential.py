@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 
 from sago_train.functional.sequential import SPENDING_HORIZON, look_level, unreachable_look
-from sago_train.functional.stats import min_groups
+from sago_train.functional.verdict_rule import min_groups
 
 
 def test_planned_looks_share_alpha_and_a_look_past_the_plan_has_none():
