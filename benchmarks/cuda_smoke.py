@@ -6,7 +6,9 @@ checkpointing and LoRA), within a time budget (10 minutes by default).
   rendering, 16 new tokens;
 - ``bench_loss.py``: the stability loss's step time and peak memory vs the task loss and the naive
   implementation, LoRA r=8;
-- ``bench_monitoring.py``: the callback's share of a LoRA fine-tune at its default cadence.
+- ``bench_monitoring.py``: the callback's share of a LoRA fine-tune at its default cadence;
+- sharded training through accelerate on one GPU (:func:`sharded_runs`): FSDP2, FSDP1, DeepSpeed ZeRO-2/3 (when
+  installed), each running the tests' FSDP worker (the callback, the evaluator, the stability loss).
 
 Exits 0 with a message when CUDA is not available (unless ``--device cpu``), 1 when a check fails.
 ``--device cpu --tiny`` runs the same script in a tiny configuration (the shipped model, a few groups and
@@ -20,6 +22,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import subprocess
@@ -131,6 +134,59 @@ def run_benchmarks(device: str, tiny: bool, model: str, budget_s: float) -> list
     return failures
 
 
+def sharded_runs(device: str, tiny: bool) -> list[tuple[str, list[str], str | None, str | None]]:
+    """(name, accelerate launch arguments, why it is skipped or None, the worker's sharding count that must be
+    positive) of each sharded-training check: the tests' FSDP worker (tests/distributed/fsdp_worker.py) in one
+    process under FSDP2, FSDP1 and DeepSpeed ZeRO-2/3 (a one-GPU wrap is still a real wrap: sharded parameters,
+    forwards that gather them). ZeRO-2 shards gradients and optimizer state only: no parameter to count."""
+    configs = ROOT / "recipes" / "accelerate"
+    scenarios = ["evaluator", "stability"] if tiny else ["callback", "evaluator", "stability", "lora", "sft"]
+    no_deepspeed = None if importlib.util.find_spec("deepspeed") else \
+        "DeepSpeed is not installed here (make test-deepspeed installs it into .venv-ds)"
+    runs = [("FSDP2", ["--config_file", str(configs / "fsdp.yaml")], None, "fsdp2_modules"),
+            ("FSDP1", ["--config_file", str(configs / "fsdp.yaml"), "--fsdp_version", "1"],
+             None if device == "cuda" else "FSDP1 needs an accelerator: accelerate's plugin syncs module states on "
+             "one and torch's FullyShardedDataParallel computes on one (docs/distributed.md)", "fsdp1_modules"),
+            ("DeepSpeed ZeRO-2", ["--config_file", str(configs / "deepspeed-zero2.yaml")], no_deepspeed, None),
+            ("DeepSpeed ZeRO-3", ["--config_file", str(configs / "deepspeed-zero3.yaml")], no_deepspeed,
+             "zero3_params")]
+    tail = ["--num_processes", "1", "--main_process_port", "0", "-m", "tests.distributed.fsdp_worker", "{out}",
+            *scenarios]
+    return [(name, [*args, *tail], why, expect) for name, args, why, expect in runs]
+
+
+def sharded_smoke(device: str, tiny: bool, budget_s: float) -> list[str]:
+    """Run each :func:`sharded_runs` check: it must exit 0, with a sharded model and finite logged losses."""
+    import json
+
+    failures = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    for name, argv, why, expect in sharded_runs(device, tiny):
+        if why is not None:
+            print(f"{name}: skipped: {why}")
+            continue
+        with tempfile.TemporaryDirectory() as out:
+            cmd = [sys.executable, "-m", "accelerate.commands.launch", *[a.replace("{out}", out) for a in argv]]
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s, env=env, cwd=ROOT)
+            except subprocess.TimeoutExpired:
+                failures.append(f"{name}: over {budget_s:.0f} s")
+                continue
+            if proc.returncode != 0:
+                failures.append(f"{name}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+                continue
+            results = {p.parent.name: json.loads(p.read_text()) for p in Path(out).glob("*/rank0.json")}
+        sharded = expect is None or all(r["sharding"][expect] > 0 for r in results.values())
+        losses = [log[k] for r in results.values() for log in r.get("logs", []) for k in ("loss", *TERMS)]
+        if not results or not sharded or not losses or not all(math.isfinite(x) for x in losses):
+            failures.append(f"{name}: scenarios {sorted(results)}, sharded={sharded}, losses {losses}")
+        else:
+            print(f"{name}: {', '.join(sorted(results))}: sharded, {len(losses)} finite losses "
+                  f"({time.perf_counter() - t0:.0f} s)")
+    return failures
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --tiny: the tested CPU path)")
@@ -158,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             last = logs[-1]
             print(f"{name}: {len(logs)} steps, last loss {last['loss']:.4f} (task {last['sago_task_loss']:.4f}, "
                   f"act {last['sago_act_loss']:.4f}, conf {last['sago_conf_loss']:.5f})")
+    failures += sharded_smoke(args.device, args.tiny, budget_s=args.budget_s / 4)
     if failures:
         print("\nFAILED:\n" + "\n".join(failures))
         return 1

@@ -5,6 +5,7 @@ is created, so importing or evaluating never starts a process group by itself.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -62,3 +63,43 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     from accelerate.utils import broadcast_object_list
 
     return broadcast_object_list([obj], from_process=src)[0]
+
+
+def max_over_ranks(values: Sequence[int]) -> list[int]:
+    """The element-wise maximum of ``values`` over the ranks (the values themselves in one process): how ranks
+    agree on how many forwards to run and which path to take.
+
+    Example:
+        >>> max_over_ranks([3, 0])  # one process
+        [3, 0]
+    """
+    if world_size() == 1:
+        return list(values)
+    t = torch.tensor(list(values), dtype=torch.long)
+    if torch.distributed.get_backend() == "nccl":
+        t = t.cuda()
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return [int(x) for x in t.tolist()]
+
+
+def forward_is_collective(model: torch.nn.Module) -> bool:
+    """Whether a forward of ``model`` runs collectives, so that every rank must call it the same number of
+    times: parameters sharded by FSDP (``fully_shard`` or ``FullyShardedDataParallel``) or DeepSpeed ZeRO-3 are
+    gathered block by block inside the forward. False in one process and under DDP (whose forward gathers
+    nothing).
+
+    Example:
+        >>> forward_is_collective(torch.nn.Linear(2, 2))  # one process
+        False
+    """
+    if world_size() == 1:
+        return False
+    import torch.distributed.fsdp as fsdp
+
+    # FSDPModule (fully_shard's modules) is exported here from torch 2.6 on; FullyShardedDataParallel always.
+    kinds = tuple(k for k in (getattr(fsdp, "FSDPModule", None), getattr(fsdp, "FullyShardedDataParallel", None))
+                  if k is not None)
+    if any(isinstance(m, kinds) for m in model.modules()):
+        return True
+    # DeepSpeed ZeRO-3 tags every partitioned parameter with its id (``ds_id``); its forward fetches them.
+    return any(hasattr(p, "ds_id") for p in model.parameters())

@@ -1,18 +1,15 @@
-"""The one reader of user JSONL (bounded, located errors), atomic writes, safe names and output paths that
-cannot escape their directory, and the run lock."""
+"""The one reader of user JSONL (bounded, located errors), atomic writes, safe names, the one check of an output
+path (:func:`check_output_path`: never an input, never through a link, writable) and backups that never reuse a
+name; the run lock (:mod:`sago_train.runlock`) is re-exported here."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import re
-import socket
-import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +85,37 @@ def read_jsonl(
     max_line_bytes: int = MAX_LINE_BYTES,
     what: str = "JSONL file",
     on_bad_line: Callable[[SagoInputError], None] | None = None,
+    keep: Container[int] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line, with located errors.
 
     The file is streamed one line at a time: a non-regular file (FIFO, device) or one larger than
     ``max_file_bytes`` is refused before reading, and a line longer than ``max_line_bytes`` is refused
-    without being held whole. A line that does not parse (malformed JSON, invalid UTF-8) raises, or, with
-    ``on_bad_line``, is handed to it as the located error and skipped."""
+    without being held whole. A line that does not parse (malformed JSON, invalid UTF-8, a key given twice in
+    one object) raises, or, with ``on_bad_line``, is handed to it as the located error and skipped. ``keep``:
+    only the records of these indices (0-based over non-blank lines) are parsed, the others only counted."""
+    for index, (lineno, raw) in enumerate(_raw_lines(path, max_file_bytes, max_line_bytes, what)):
+        if keep is not None and index not in keep:
+            continue
+        try:
+            value = _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(path), lineno)
+        except SagoInputError as err:
+            if on_bad_line is None:
+                raise
+            on_bad_line(err)
+            continue
+        yield lineno, value
+
+
+def count_records(path: str | os.PathLike[str], *, max_file_bytes: int = MAX_SET_FILE_BYTES,
+                  max_line_bytes: int = MAX_LINE_BYTES, what: str = "JSONL file") -> int:
+    """How many records (non-blank lines) :func:`read_jsonl` would yield, read with the same bounds, unparsed."""
+    return sum(1 for _ in _raw_lines(path, max_file_bytes, max_line_bytes, what))
+
+
+def _raw_lines(path: str | os.PathLike[str], max_file_bytes: int, max_line_bytes: int,
+               what: str) -> Iterator[tuple[int, bytes]]:
+    """``(line_number, bytes)`` of each non-blank line, within the limits (see :func:`read_jsonl`)."""
     p = Path(path)
     limit_name = "MAX_SET_FILE_BYTES" if max_file_bytes == MAX_SET_FILE_BYTES else ""
     with open_regular_file(p, max_bytes=max_file_bytes, what=what, limit_name=limit_name) as f:
@@ -122,16 +143,26 @@ def read_jsonl(
                         "not valid UTF-8: the file is UTF-16 (it starts with a UTF-16 byte-order mark)",
                         source=str(p), line=1, hint="save the file as UTF-8",
                     )
-            if not raw.strip():
-                continue
-            try:
-                value = _parse_line(raw[:-1] if raw.endswith(b"\n") else raw, str(p), lineno)
-            except SagoInputError as err:
-                if on_bad_line is None:
-                    raise
-                on_bad_line(err)
-                continue
-            yield lineno, value
+            if raw.strip():
+                yield lineno, raw
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: a key given twice (which json would resolve silently, the last one
+    winning) is an error naming it."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
 
 
 def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
@@ -142,7 +173,10 @@ def _parse_line(raw: bytes, source: str, lineno: int) -> Any:
             f"not valid UTF-8 (byte {err.start})", source=source, line=lineno, hint="save the file as UTF-8"
         ) from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise SagoInputError(f"key {short_repr(dup.key)} is given twice in one object", source=source, line=lineno,
+                             key=dup.key[:100], hint="JSON keeps only the last; remove one of them") from None
     except RecursionError:
         raise SagoInputError(
             "malformed JSON: nested too deeply", source=source, line=lineno, hint="each line must be one JSON object"
@@ -190,21 +224,42 @@ def _default_mode() -> int:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write via a temporary file in the same directory and ``os.replace``: readers never see half a file,
     and a crash leaves the previous version intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    atomic_write_files({Path(path): data})
+
+
+def atomic_write_files(files: Mapping[str | os.PathLike[str], bytes]) -> None:
+    """Several files written as one: every temporary file is written and synced first, then each is renamed into
+    place, so a failure while writing (a full disk) leaves every previous file as it was, never half a set.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> atomic_write_files({d / "a.json": b"{}", d / "b.json": b"[]"})
+        >>> sorted(p.name for p in d.iterdir())
+        ['a.json', 'b.json']
+    """
+    written: list[tuple[str, Path]] = []
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _default_mode())
-        os.replace(tmp, path)
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            written.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, _default_mode())
+        while written:
+            tmp, path = written[0]
+            os.replace(tmp, path)
+            written.pop(0)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        for tmp, _ in written:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
         raise
 
 
@@ -213,30 +268,98 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def jsonl_bytes(records: list[dict[str, Any]]) -> bytes:
+    """JSON Lines as written to disk (UTF-8, no NaN)."""
+    return "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records).encode("utf-8")
+
+
+def json_bytes(obj: Any) -> bytes:
+    """An indented JSON document as written to disk (UTF-8, no NaN)."""
+    return (json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
 def atomic_write_jsonl(path: str | os.PathLike[str], records: list[dict[str, Any]]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records))
+    atomic_write_bytes(path, jsonl_bytes(records))
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    atomic_write_bytes(path, json_bytes(obj))
 
 
-def check_output_dir(path: str | os.PathLike[str], *, what: str = "output directory") -> Path:
-    """Fail now, before any model loads or evaluation runs, if ``path`` cannot become a writable directory:
-    it names an existing file, or the directory (or its nearest existing parent) is not writable."""
+# ------------------------------------------------------------------ output paths
+def first_link(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path | None:
+    """The first component of ``path`` below ``root`` (``path`` itself included) that is a symbolic link, else
+    None; both taken as written (absolute, not resolved), so a link the user chose as ``root`` is not counted.
+
+    Example:
+        >>> first_link("/tmp/sago-no-such/run/sago/history.jsonl", "/tmp/sago-no-such/run") is None
+        True
+    """
+    absolute, base = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    try:
+        parts = absolute.relative_to(base).parts
+    except ValueError:
+        return None
+    probe = base
+    for part in parts:
+        probe = probe / part
+        if probe.is_symlink():
+            return probe
+        if not probe.exists():
+            return None
+    return None
+
+
+def check_output_path(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "output",
+    directory: bool = False,
+    inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Check a path a command will write, before any work, and return it; every writer checks its outputs here.
+
+    Refused, each with one line naming the path: a file where a directory goes or a directory where a file goes;
+    a place that cannot be written (tried by creating a file: ``os.access`` says yes to root also on ``/proc``
+    or a read-only mount); a path that is one of the command's ``inputs`` (``{what it is: path}``, compared
+    resolved, so writing would replace what was read); a symbolic link where a file goes, or any link below
+    ``root`` (the directory the user chose), which would send the writes outside it.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> check_output_path(os.path.join(d, "summary.json"), what="--out").name
+        'summary.json'
+        >>> check_output_path(d, what="--out", directory=True) == Path(d)
+        True
+    """
     p = Path(path)
-    if p.exists() and not p.is_dir():
+    absolute = Path(os.path.abspath(p))
+    # A link the user named as a directory is their choice; a link in the place of a file, or anywhere below the
+    # chosen directory, would make the write land elsewhere (or truncate what it points to).
+    base = root if root is not None else (absolute if directory else absolute.parent)
+    link = first_link(absolute, base)
+    if link is not None:
+        raise SagoInputError(f"{what} {link} is a symbolic link; sago_train never writes through one",
+                             hint="remove the link, or choose a path without one")
+    if directory and absolute.exists() and not absolute.is_dir():
         raise SagoInputError(f"{what} {p} exists and is not a directory",
                              hint="choose a new directory name or remove the file")
-    probe = p
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    if not directory and absolute.is_dir():
+        raise SagoInputError(f"{what} {p} is a directory, expected a file",
+                             hint=f"give a file name, e.g. {p / 'out.json'}" if not p.suffix else
+                             "remove the directory or choose another name")
+    for label, source in (inputs or {}).items():
+        if os.path.exists(source) and absolute.exists() and os.path.samefile(source, absolute):
+            raise SagoInputError(f"{what} {p} is {label}, an input of this command: writing it would replace "
+                                 "what was read", hint="choose another output path")
+    probe = absolute if directory else absolute.parent
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
-    if probe.exists() and not probe.is_dir():
+    if not probe.is_dir():
         raise SagoInputError(f"cannot create {what} {p}: {probe} is a file, not a directory")
-    # Try it: os.access says yes to root everywhere, also where writing fails (/proc, a read-only mount).
-    try:
+    try:  # tried, not asked: os.access says yes to root everywhere, also where writing fails
         fd, tmp = tempfile.mkstemp(prefix=".sago-write-check.", dir=probe)
         os.close(fd)
         os.unlink(tmp)
@@ -246,121 +369,47 @@ def check_output_dir(path: str | os.PathLike[str], *, what: str = "output direct
     return p
 
 
-# ------------------------------------------------------------------ one process per run directory
-LOCK_NAME = "run.lock"
-_held: dict[Path, tuple[Any, int]] = {}  # lock path -> (open file, how many holders in this process)
+def check_output_dir(path: str | os.PathLike[str], *, what: str = "output directory") -> Path:
+    """:func:`check_output_path` of a directory: fail now, before any model loads or evaluation runs, if
+    ``path`` cannot become a writable directory."""
+    return check_output_path(path, what=what, directory=True)
 
 
-def _lock_owner(path: Path) -> dict[str, Any]:
-    try:
-        owner = json.loads(path.read_text(encoding="utf-8")[:4096] or "{}")
-        return owner if isinstance(owner, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def set_aside(path: str | os.PathLike[str], *, suffix: str = "old") -> Path:
+    """Move ``path`` to ``<name>.<time>.<suffix>`` beside it and return the new path. A name that exists is never
+    reused (two calls in one second get ``<time>.1``, ...): each move links the file under a name the kernel
+    refuses to give twice, then removes the old name, so no earlier copy is ever replaced.
 
-
-def acquire_run_lock(directory: str | os.PathLike[str]) -> Path:
-    """Hold ``directory/run.lock`` for this process: a second process on the same run directory is refused
-    while the first is alive, so neither can replace the other's history.
-
-    The lock is an advisory ``flock`` on a file that records the owner's pid, host and start time. The kernel
-    drops it when the owner dies (even by SIGKILL), so a lock left by a dead process is stale by construction:
-    the next run takes it over (and logs whose it was). Re-acquiring in the same process is allowed (a resumed
-    ``train()``, the CLI and the callback). Raises :class:`sago_train.errors.SagoInputError` naming the owner."""
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    path = _lock_path(root)
-    if path in _held:
-        f, n = _held[path]
-        _held[path] = (f, n + 1)
-        return path
-    while True:
-        f = _open_lock_file(path)
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for _ in range(2):
+        ...     _ = (d / "h.jsonl").write_text("x")
+        ...     _ = set_aside(d / "h.jsonl")
+        >>> len(list(d.glob("h.jsonl.*.old")))
+        2
+    """
+    p = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for n in range(10_000):
+        aside = p.with_name(f"{p.name}.{stamp}{'' if n == 0 else f'.{n}'}.{suffix}")
         try:
-            import fcntl
-
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # no flock (Windows): the pid in the file decides
-            owner = _lock_owner(path)
-            if owner.get("pid") and owner.get("host") == socket.gethostname() and _pid_alive(int(owner["pid"])):
-                f.close()
-                raise SagoInputError(_locked_message(root, owner)) from None
-            break
-        except OSError:
-            owner = _lock_owner(path)
-            f.close()
-            raise SagoInputError(_locked_message(root, owner),
-                                 hint="wait for it to finish, or choose another output directory") from None
-        # The releasing owner removes the file: a lock won on a file that was removed meanwhile (opened just
-        # before the removal) holds nothing that the next process would see, so take the current file again.
-        try:
-            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(f.fileno()).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        f.close()
-    previous = _lock_owner(path)
-    if previous.get("pid") and previous.get("pid") != os.getpid():
-        logging.getLogger(__name__).warning(
-            "sago: taking over the stale lock %s of pid %s on %s (no longer running)", path, previous.get("pid"),
-            previous.get("host"))
-    f.seek(0)
-    f.truncate()
-    f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}) + "\n")
-    f.flush()
-    _held[path] = (f, 1)
-    return path
+            os.link(p, aside)  # fails if the name exists: never replaces an earlier copy
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (some network or FAT file systems): check, then rename
+            if os.path.lexists(aside):
+                continue
+            os.rename(p, aside)
+            return aside
+        os.unlink(p)
+        return aside
+    raise SagoInputError(f"cannot set {p} aside: 10,000 copies of it exist already", hint="remove old copies")
 
 
-def _lock_path(root: Path) -> Path:
-    # The folder resolved, the file itself not: a symlink named run.lock is refused, never followed.
-    return root.resolve() / LOCK_NAME
+from .runlock import LOCK_NAME, acquire_run_lock, release_run_lock  # noqa: E402 - re-exported: one import for writers
 
-
-def _open_lock_file(path: Path) -> Any:
-    """The lock file opened for reading and writing, created if missing; a symlink or a non-regular file in its
-    place is refused (writing through it would truncate whatever it points to)."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as err:
-        if path.is_symlink():
-            raise SagoInputError(f"{path} is a symbolic link; sago_train never writes through one",
-                                 hint="remove it (the run's lock file is created afresh)") from None
-        raise SagoInputError(f"cannot open the lock file {path}: {err.strerror or err}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise SagoInputError(f"{path} is not a regular file", hint="remove it (the run's lock file is created afresh)")
-    return os.fdopen(fd, "r+", encoding="utf-8")
-
-
-def release_run_lock(directory: str | os.PathLike[str]) -> None:
-    """Drop one hold of :func:`acquire_run_lock`; the last one removes the file and unlocks, so a clean run
-    leaves no lock file behind (a dead owner's file, with its pid, stays: a stale lock the next run takes over)."""
-    path = _lock_path(Path(directory))
-    if path not in _held:
-        return
-    f, n = _held[path]
-    if n > 1:
-        _held[path] = (f, n - 1)
-        return
-    del _held[path]
-    with contextlib.suppress(OSError):
-        os.unlink(path)  # before unlocking: a process that opens it now creates a new file
-    f.close()  # closing the descriptor releases the flock
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _locked_message(root: Path, owner: dict[str, Any]) -> str:
-    who = f"process {owner.get('pid', '?')} on {owner.get('host', '?')}" if owner else "another process"
-    return f"output directory {root} is in use by {who} (lock file {root / LOCK_NAME})"
+__all__ = ["LOCK_NAME", "acquire_run_lock", "atomic_write_bytes", "atomic_write_json", "atomic_write_jsonl",
+           "atomic_write_files", "atomic_write_text", "check_output_dir", "check_output_path", "count_records", "find_lone_surrogate", "first_link",
+           "is_safe_name", "json_bytes", "jsonl_bytes", "read_escapes", "read_jsonl", "release_run_lock", "safe_child", "set_aside",
+           "validate_set_name"]

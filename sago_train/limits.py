@@ -30,7 +30,7 @@ MAX_TRAIN_FILE_BYTES = 4096 * MiB
 # Variants per group: a group is evaluated in one piece.
 MAX_VARIANTS_PER_GROUP = 1024
 # A variant (string, or all message contents of a chat variant) longer than this is not tokenized: its
-# group is skipped and counted (SPEC "Data": nothing is silently dropped). 1M characters is ~250k tokens,
+# group is skipped and counted (docs/definitions.md#data: nothing is silently dropped). 1M characters is ~250k tokens,
 # beyond the context of the models sago_train targets; tokenizing much more can exhaust memory.
 MAX_VARIANT_CHARS = 1_000_000
 # Prompt tokens allowed when the model does not declare its context length (otherwise its context applies).
@@ -39,6 +39,21 @@ MAX_VARIANT_TOKENS = 262_144
 # counted as often as it is used): a "billion laughs" recipe is refused instead of expanded.
 MAX_RECIPE_BYTES = 1 * MiB
 MAX_RECIPE_EXPANDED = 1_000_000
+# Bootstrap resamples of a confidence interval (SAGOConfig.n_bootstrap): one float each, per set and quantity;
+# 2000 is the default, and past 100,000 the interval no longer moves at the digits reported.
+MAX_BOOTSTRAP = 100_000
+# New tokens per greedy generation (SAGOConfig.max_new_tokens) and sequences per batch (batch_size): a value past
+# these asks for memory no model sago_train targets has (the longest contexts are a few hundred thousand tokens).
+MAX_NEW_TOKENS = MAX_VARIANT_TOKENS
+MAX_BATCH_SIZE = 65_536
+# A number read back from a results file (history.jsonl, summary.json, group records): every axis is in [0, 1]
+# and activation_rel a ratio near 1, so anything this large is a hand edit; refused, it cannot reach a plot.
+MAX_RECORDED_VALUE = 1e9
+# The same warning about many lines of one file (corrupt history lines) is logged this many times, then the
+# rest are counted in one line ("... and 299,990 more corrupt lines").
+MAX_REPEATED_WARNINGS = 10
+# Seeds: what numpy's legacy seeding (transformers.set_seed, np.random.seed) takes; torch takes more.
+MAX_SEED = 2**32 - 1
 # Characters of a user value quoted in an error message, and of a whole message: declared where the messages
 # are made (errors.py, which every module imports), listed here with the other limits.
 MAX_REPR_CHARS = _MAX_REPR_CHARS
@@ -110,3 +125,28 @@ def read_bounded_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_SET_
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise SagoInputError("not valid UTF-8", source=str(path), hint="save the file as UTF-8") from None
+
+
+def check_int_range(value: object, lo: int, hi: int, *, key: str, limit_name: str = "", **where: object) -> int:
+    """``value`` as an integer in ``[lo, hi]``, else a located :class:`SagoInputError` naming the range (and the
+    limit's name). Booleans and floats are refused (``1e9`` read as a float is not a count).
+
+    Example:
+        >>> check_int_range(7, 0, MAX_SEED, key="seed")
+        7
+        >>> check_int_range(-1, 0, MAX_SEED, key="seed")
+        Traceback (most recent call last):
+        ...
+        sago_train.errors.SagoInputError: field 'seed': expected an integer in [0, 4,294,967,295], got -1
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        shown = repr(value) if isinstance(value, (int, float)) else type(value).__name__
+        wanted = f"a positive integer up to {hi:,}" if lo == 1 else f"an integer in [{lo:,}, {hi:,}]"
+        raise SagoInputError(f"expected {wanted}{f' ({limit_name})' if limit_name else ''}, got {shown[:40]}",
+                             key=key, **where)  # type: ignore[arg-type]
+    return value
+
+
+def check_seed(value: object, *, key: str = "seed", **where: object) -> int:
+    """A seed numpy, torch and Python's ``random`` all take: an integer in ``[0, MAX_SEED]``."""
+    return check_int_range(value, 0, MAX_SEED, key=key, limit_name="MAX_SEED", **where)

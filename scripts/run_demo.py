@@ -17,7 +17,7 @@ The default arms (issue 10's fair comparison; each fixes every stability setting
 ``--arm NAME=OVERRIDES`` defines (or redefines) an arm from recipe overrides, so any recipe (another model)
 can reuse the script. Writes ``<out>/<arm>/`` per arm (history, per-group records, TensorBoard and offline
 W&B logs, the adapter), ``<out>/report/report.md`` with its plots, and ``<out>/headline.md`` with the tables
-the README quotes. No network and no account are needed.
+docs/demos.md quotes. No network and no account are needed.
 """
 
 from __future__ import annotations

@@ -28,4 +28,7 @@ def test_cuda_smoke_cpu_path_runs_every_benchmark_and_the_training_smoke():
         assert "nan" not in line.lower() and "inf" not in line.split(figure)[1].lower()
     for gc_on, lora in ((False, False), (True, False), (True, True)):
         assert f"bf16 StabilityTrainer (gradient_checkpointing={gc_on}, lora={lora}): 2 steps" in out
+    # Sharded training through accelerate in one process: FSDP2 runs on the CPU; FSDP1 needs an accelerator.
+    assert "FSDP2: evaluator, stability: sharded" in out
+    assert "FSDP1: skipped: FSDP1 needs an accelerator" in out
     assert "cuda_smoke: all checks passed" in out

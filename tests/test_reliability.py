@@ -272,7 +272,7 @@ def _small_recipe(tmp_path: Path) -> Path:
 def test_second_process_is_refused_while_the_first_holds_the_directory(tmp_path, caplog):
     from sago_train.errors import SagoInputError
 
-    from ._helpers.limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import RUN_CPU_LIMIT_S, assert_one_error_line, run_cli_limited
 
     holder = _hold_lock(tmp_path / "sago")
     try:
@@ -282,7 +282,7 @@ def test_second_process_is_refused_while_the_first_holds_the_directory(tmp_path,
             tr.train()
         assert tr.state.global_step == 0 and not (tmp_path / "sago" / "history.jsonl").exists()
         res = run_cli_limited(["run", str(_small_recipe(tmp_path)), "--output-dir", str(tmp_path)])
-        assert_one_error_line(res, f"in use by process {holder.pid}", "run.lock")
+        assert_one_error_line(res, f"in use by process {holder.pid}", "run.lock", cpu_limit_s=RUN_CPU_LIMIT_S)
     finally:
         holder.kill()
         holder.wait()
@@ -317,16 +317,16 @@ def test_fresh_run_cannot_replace_another_runs_history(tmp_path):
 def test_cli_refuses_a_fresh_run_over_history_before_loading_the_model(tmp_path, capsys):
     from sago_train.cli.main import main
 
-    from ._helpers.limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import RUN_CPU_LIMIT_S, assert_one_error_line, run_cli_limited
 
     recipe, out = _small_recipe(tmp_path), tmp_path / "out"
     assert main(["run", str(recipe), "--output-dir", str(out)]) == 0
     before = (out / "sago" / "history.jsonl").read_bytes()
     res = run_cli_limited(["run", str(recipe), "--output-dir", str(out)])
-    assert_one_error_line(res, "already holds the SAGO history of another run", "--resume", "--overwrite")
+    assert_one_error_line(res, "already holds the SAGO history of another run", "--resume", "--overwrite", cpu_limit_s=RUN_CPU_LIMIT_S)
     assert "Loading weights" not in res.stderr  # refused before the model loaded
     res = run_cli_limited(["run", str(recipe), "--output-dir", str(out), "--resume"])
-    assert_one_error_line(res, "--resume: no checkpoint-* folder in")
+    assert_one_error_line(res, "--resume: no checkpoint-* folder in", cpu_limit_s=RUN_CPU_LIMIT_S)
     assert (out / "sago" / "history.jsonl").read_bytes() == before
     capsys.readouterr()
     assert main(["run", str(recipe), "--output-dir", str(out), "--overwrite"]) == 0
@@ -398,7 +398,7 @@ def test_two_training_processes_on_one_directory(tmp_path):
     import subprocess
     import time
 
-    from ._helpers.limited import assert_one_error_line, run_cli_limited
+    from ._helpers.limited import RUN_CPU_LIMIT_S, assert_one_error_line, run_cli_limited
 
     recipe, out = _small_recipe(tmp_path), tmp_path / "out"
     # Long enough (~50 evaluations) that the second process starts and checks while the first still trains.
@@ -421,7 +421,7 @@ def test_two_training_processes_on_one_directory(tmp_path):
     finally:
         first.kill()
     assert running, "the first run ended before the second was tried: the test proves nothing"
-    assert_one_error_line(second, f"is in use by process {first.pid}")
+    assert_one_error_line(second, f"is in use by process {first.pid}", cpu_limit_s=RUN_CPU_LIMIT_S)
     assert first.returncode == 0, err[-3000:]
     assert [h["step"] for h in _history(out)] == list(range(0, 201, 4))
 

@@ -1,5 +1,5 @@
 """Load recorded SAGO evaluations (eval and run directories, see :mod:`sago_train.results.store`) by the
-paths a user types, and rank them across sets (SPEC "Rank reversal").
+paths a user types, and rank them across sets (docs/definitions.md#findings).
 
 :func:`load_source` reads a directory into a :class:`~sago_train.results.store.Run` or an
 :class:`~sago_train.results.evaluation.Evaluation`; ``RUN_DIR@STEP`` picks one evaluation of a run (so
@@ -7,7 +7,8 @@ checkpoints of one run can be compared). No torch, so ``sago-train report``/``co
 files raise :class:`~sago_train.errors.SagoInputError` naming the file and line.
 
 :func:`compare_evaluations` (in :mod:`sago_train.analysis.ranking`, re-exported here) ranks evaluations per set
-on each axis: rankings, Kendall's tau between sets, order flips and which of them are robust.
+on each axis: rankings, Kendall's tau between sets, order flips and which of them are robust (family-wise, see
+docs/findings.md); :func:`reversal_headline` words them.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from ..errors import SagoInputError
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 from ..results.layout import HISTORY, SAGO_DIR, SUMMARY
 from ..results.store import Run
-from .ranking import ALPHA, available_axes, compare_evaluations, paired_flip_test
+from .ranking import ALPHA, available_axes, compare_evaluations, paired_flip_test, reversal_headline
 
 __all__ = ["ACCURACY", "ALPHA", "BETWEEN", "INSTABILITY", "Evaluation", "Run", "available_axes",
            "compare_evaluations", "load_evaluation", "load_source", "load_sources", "ordered_union",
-           "paired_flip_test", "parse_spec", "unique_labels"]
+           "paired_flip_test", "parse_spec", "reversal_headline", "unique_labels"]
 
 _STEP_SPEC = re.compile(r"^(?P<path>.+)@(?P<step>-?\d+)$")
 

@@ -12,7 +12,8 @@ state is never touched, so this is safe inside notebooks and tests):
 (drawn in :mod:`sago_train.analysis.report_plots`). ``report.md`` embeds them by relative path and adds the last
 evaluation per set and axis (mean [CI]), accuracy, the change since the run's baseline, the findings with
 their tests (:mod:`sago_train.analysis.report_findings`), and - with several runs - the paired comparison of each run
-against the first on the groups both evaluated.
+against the first on the groups both evaluated and each entry's accuracy beside the stability axes it ranks first
+on (:mod:`sago_train.analysis.accuracy_beside`); a significant fall in accuracy is a warning (docs/accuracy.md).
 
 Everything here reads the JSON files; the statistics come from :mod:`sago_train.functional.stats` and
 :mod:`sago_train.functional.findings`.
@@ -30,15 +31,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import SagoInputError
-from ..functional import stats
+from ..functional import stats, verdict_rule
+from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
 from ..functional.axes.registry import higher_is_better
 from ..functional.formatting import constant_line, fmt_num, fmt_p, p_text
-from ..functional.wording import change_words
+from ..functional.wording import READ_BESIDE, change_words, set_context
 from ..io import atomic_write_text
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
-from ..results.layout import HISTORY
+from ..results.layout import HISTORY, REPORT_MD
+from ..results.sets import paired_group_values
 from ..results.store import Run
 from ..version import __version__
+from .accuracy_beside import beside_markdown
+from .ranking import compare_evaluations
 from .report_findings import findings_markdown
 from .report_plots import (
     _colors,
@@ -53,11 +58,11 @@ from .report_plots import (
 __all__ = ["ALPHA", "ReportResult", "is_significant", "paired_against_first", "write_report"]
 
 ALPHA = stats.ALPHA
-#: How the report states the one verdict rule (stats.decide), beside every table that carries a verdict.
+#: How the report states the one verdict rule (verdict_rule.decide), beside every table that carries a verdict.
 RULE = (f"'more/less stable' only when the one-sided Wilcoxon signed-rank p < {ALPHA} in that direction AND the "
         f"{1 - ALPHA:.0%} paired-bootstrap CI of the difference excludes 0 on the same side (the rule shared with "
         f"`compare`, the training callback and early stopping); 'not enough groups' below "
-        f"{stats.min_groups(ALPHA)} paired groups, where no such test can reach p < {ALPHA}")
+        f"{verdict_rule.min_groups(ALPHA)} paired groups, where no such test can reach p < {ALPHA}")
 
 
 @dataclass
@@ -69,6 +74,7 @@ class ReportResult:
     plots: list[Path] = field(default_factory=list)
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # accuracy that fell significantly (docs/accuracy.md)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -111,19 +117,15 @@ def is_significant(row: dict[str, Any]) -> bool:
     return bool(row.get("n")) and row.get("outcome") in (stats.BETTER, stats.WORSE)
 
 
-def _context(outcomes: dict[str, str]) -> dict[str, bool]:
-    """What the words of one set's verdicts depend on (:func:`~sago_train.functional.wording.change_words`):
-    whether its between-group dispersion fell significantly (a collapse) and whether its accuracy fell."""
-    return {"collapse": outcomes.get(BETWEEN) == stats.BETTER, "less_accurate": outcomes.get(ACCURACY) == stats.WORSE}
-
-
 def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, seed: int = 0) -> list[dict[str, Any]]:
     """Each evaluation after the first against the first, per shared set and axis, paired by group id.
 
     Row: ``{"run", "reference", "set", "axis", "n", "mean_diff", "ci_low", "ci_high", "p_less_stable",
-    "p_more_stable", "outcome", "verdict"}`` with ``mean_diff = run - reference`` (> 0: ``run`` is less stable),
+    "p_more_stable", "outcome", "verdict"}`` with ``mean_diff = run - reference`` (> 0: ``run`` is less stable;
+    for the accuracy quantities ``accuracy``, ``accuracy_all`` and ``accuracy_worst_kind``, compared beside the
+    axes, higher is better and the p-values read "less/more accurate"),
     its ``1 - alpha`` paired-bootstrap CI and the one-sided Wilcoxon p-values of each direction. ``outcome`` is the
-    one verdict rule's (:func:`sago_train.functional.stats.paired_verdict`: ``better``, ``worse``, ``no significant
+    one verdict rule's (:func:`sago_train.functional.verdict_rule.paired_verdict`: ``better``, ``worse``, ``no significant
     difference`` or ``not enough groups``), ``verdict`` the same in words. With ``activation_rel`` recorded, a
     ``between_dispersion`` row compares each group's distance to the other groups ("p_less_stable" = p of
     "higher"): "less dispersed" flags a fine-tune that pulled unrelated prompts together (a collapse).
@@ -138,18 +140,21 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                 continue
             axes = [a for a in ref.sets[s].axes if a in ev.sets[s].axes] + [INSTABILITY]
             if all(np.isfinite(x.sets[s].values(ACCURACY)).any() for x in (ref, ev)):
-                axes.append(ACCURACY)  # stability is never compared without accuracy beside it
+                axes += [ACCURACY, ACCURACY_ALL]  # stability is never compared without accuracy beside it
+                if ev.sets[s].worst_kind is not None:
+                    axes.append(ACCURACY_WORST_KIND)
             if "activation_rel" in axes:
                 axes.append(BETWEEN)
             first = len(rows)
             for axis in axes:
-                before_by_id, after_by_id = ref.group_values(s, axis), ev.group_values(s, axis)
+                values = paired_group_values(ref.sets[s], ev.sets[s], axis)
                 row: dict[str, Any] = {"run": ev.label, "reference": ref.label, "set": s, "axis": axis}
-                if before_by_id is None or after_by_id is None:
+                if values is None:
                     rows.append({**row, "n": 0, "verdict": "no per-group records"})
                     continue
+                before_by_id, after_by_id = values
                 # between_dispersion is judged in its raw direction (higher = "worse" side = more dispersed).
-                v = stats.paired_verdict_by_id(before_by_id, after_by_id, alpha=alpha, seed=seed,
+                v = verdict_rule.paired_verdict_by_id(before_by_id, after_by_id, alpha=alpha, seed=seed,
                                                higher_is_better=axis != BETWEEN and higher_is_better(axis))
                 if v is None:
                     rows.append({**row, "n": 0, "verdict": "no common groups"})
@@ -161,7 +166,7 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                              "p_less_stable": v.p_worse, "p_more_stable": v.p_better, "outcome": v.verdict,
                              "verdict": v.words()})
             # The words of a set's verdicts read its accuracy and between-group dispersion verdicts.
-            context = _context({r["axis"]: r.get("outcome", "") for r in rows[first:]})
+            context = set_context({r["axis"]: r.get("outcome", "") for r in rows[first:]})
             for r in rows[first:]:
                 if r.get("outcome") in (stats.BETTER, stats.WORSE):
                     r["verdict"] = f"{ev.label} {change_words(r['axis'], r['outcome'], **context)}"
@@ -183,26 +188,53 @@ def _describe(src: Run | Evaluation) -> str:
     return "evaluation" + (f" of {src.model}" if src.model else "")
 
 
-def _since_baseline(run: Run) -> list[list[Any]]:
-    """Rows from the last history line's paired test against the baseline (written by the callback)."""
+def _since_baseline(run: Run) -> tuple[list[list[Any]], list[str]]:
+    """Rows from the last history line's paired test against the baseline (written by the callback), and a
+    warning per set whose accuracy fell significantly."""
     last = run.history[-1]
-    rows = []
+    rows, warnings = [], []
     for s, per_axis in (last.get("compare") or {}).items():
-        context = _context({q: ((e or {}).get("vs_baseline") or {}).get("verdict", "") for q, e in (per_axis or {}).items()})
+        outcomes: dict[str, str] = {}
         for axis, entry in (per_axis or {}).items():
             res = (entry or {}).get("vs_baseline")
-            if not res:
-                continue
-            p = _num(res.get("p_value"))
-            # The one rule on the recorded numbers (a line written before it carries no p_better: never "more").
-            outcome = stats.decide(_num(res.get("mean_diff")), _num(res.get("ci_low")), _num(res.get("ci_high")), p,
-                                   _num(res.get("p_better")), int(_num(res.get("n")) if res.get("n") else 0),
-                                   higher_is_better=higher_is_better(axis))
-            verdict = change_words(axis, outcome, **context)
+            if res:
+                # The one rule on the recorded numbers (a line written before it carries no p_better: never
+                # "more").
+                outcomes[axis] = verdict_rule.decide(_num(res.get("mean_diff")), _num(res.get("ci_low")),
+                                              _num(res.get("ci_high")), _num(res.get("p_value")),
+                                              _num(res.get("p_better")), int(_num(res.get("n")) if res.get("n") else 0),
+                                              higher_is_better=higher_is_better(axis))
+        context = set_context(outcomes)
+        for axis, outcome in outcomes.items():
+            res = per_axis[axis]["vs_baseline"]
             rows.append([run.label, s, axis, f"{res.get('step')} -> {last['step']}", res.get("n"),
                          fmt_num(res.get("mean_diff")), f"[{fmt_num(res.get('ci_low'))}, {fmt_num(res.get('ci_high'))}]",
-                         fmt_p(p), verdict])
-    return rows
+                         fmt_p(res.get("p_value")), change_words(axis, outcome, **context)])
+            if axis == ACCURACY and outcome == stats.WORSE:
+                warnings.append(_fell(run.label, s, f"since the baseline (steps {res.get('step')} -> {last['step']})",
+                                      res.get("mean_diff"), res.get("ci_low"), res.get("ci_high"),
+                                      res.get("p_value"), res.get("n")))
+    return rows, warnings
+
+
+def _fell(label: str, set_name: str, since: str, diff: Any, lo: Any, hi: Any, p: Any, n: Any) -> str:
+    """The warning that accuracy fell significantly (as the training log says it, see docs/accuracy.md)."""
+    return (f"accuracy of `{label}` on set `{set_name}` fell significantly {since}: difference {fmt_num(diff)} "
+            f"[{fmt_num(lo)}, {fmt_num(hi)}], p {fmt_p(p)}, {n} groups; {READ_BESIDE}")
+
+
+def _warning_lines(warnings: Sequence[str]) -> list[str]:
+    return [f"**Warning**: {w}." for w in warnings] + ([""] if warnings else [])
+
+
+def _beside(last: Sequence[Evaluation]) -> list[str]:
+    """The section "Stability beside accuracy" (:mod:`sago_train.analysis.accuracy_beside`), on the groups
+    ``compare`` scores (each entry on its own where they cannot be matched, as in the findings)."""
+    try:
+        cmp = compare_evaluations(last, allow_different_groups=True)
+    except SagoInputError as err:
+        return ["## Stability beside accuracy", "", f"(Not computed: {err.message})", ""]
+    return beside_markdown(cmp)
 
 
 def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike[str]) -> ReportResult:
@@ -224,7 +256,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
     for ev, lab in zip(last, labels):
         ev.label = lab
     sets = ordered_union(e.sets for e in last)
-    result = ReportResult(out_dir=out, markdown=out / "report.md")
+    result = ReportResult(out_dir=out, markdown=out / REPORT_MD)
     result.notes += [f"{r.label}: skipped {r.skipped_lines} corrupt line(s) of {r.sago_dir / HISTORY} (each logged "
                      "with its line number)" for r in runs if r.skipped_lines]
 
@@ -253,8 +285,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             n = e.sets[s].n_groups or None
             rows.append([e.label, "-" if e.step is None else e.step,
                          *(_fmt_ci(e.sets[s].summaries.get(a)) for a in axes),
-                         _fmt_ci(e.sets[s].instability), fmt_num(acc.mean) if acc else "-",
-                         "-" if n is None else n])
+                         _fmt_ci(e.sets[s].instability), _fmt_ci(acc), "-" if n is None else n])
         md += [f"### set `{s}`", "", *_table(header, rows), ""]
         md += [f"- {constant_line(a, v)}" for a, v in constant.items()] + ([""] if constant else [])
 
@@ -267,15 +298,18 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             if png is not None:
                 result.plots.append(png)
                 md += [f"![set {s} over training steps]({png.name})", ""]
-        baseline_rows = [row for r in runs for row in _since_baseline(r)]
+        since = [_since_baseline(r) for r in runs]
+        baseline_rows = [row for rows, _ in since for row in rows]
         if baseline_rows:
             md += ["### Change since the baseline", "",
                    "Last evaluation minus the baseline (the first evaluation) on the same groups; p = one-sided "
-                   "Wilcoxon signed-rank test of 'less stable', as recorded during training. Verdict: "
-                   f"{RULE}.", ""]
+                   "Wilcoxon signed-rank test of 'less stable' (of 'less accurate' for the accuracy quantities), as "
+                   f"recorded during training. Verdict: {RULE}.", ""]
             md += _table(["run", "set", "axis", "steps", "n", "difference", "95% CI", "p (less stable)", ""],
                          baseline_rows, left=3)
             md.append("")
+            result.warnings += [w for _, warnings in since for w in warnings]
+            md += _warning_lines([w for _, warnings in since for w in warnings])
     else:
         md += ["(No training history: these are evaluation directories, so there is no over-steps plot.)", ""]
 
@@ -345,6 +379,11 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         if untested:
             md.append(f"Not tested (too few paired groups or no records): {', '.join(untested)}.")
         md.append("")
+        fell = [_fell(r["run"], r["set"], f"against `{ref}`", r["mean_diff"], r["ci_low"], r["ci_high"],
+                      r["p_less_stable"], r["n"]) for r in rows if r["axis"] == ACCURACY and r.get("outcome") == stats.WORSE]
+        result.warnings += fell
+        md += _warning_lines(fell)
+        md += _beside(last)
 
 
     atomic_write_text(result.markdown, "\n".join(md).rstrip() + "\n")

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..eval.config import SAGOConfig
-from ..io import check_output_dir, read_escapes
+from ..io import check_output_path, read_escapes
 from ..model.tiny import tiny_model_path
 from ..results.layout import SUMMARY
 from .dataclass_args import add_dataclass_arguments, dataclass_options
@@ -53,14 +53,16 @@ def config_from_args(args: argparse.Namespace) -> SAGOConfig:
     }))
 
 
-def _sets_for(values: list[str] | None, model: str | None) -> Any:
-    """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model."""
+def _sets_for(values: list[str] | None, model: str | None, config: SAGOConfig | None = None) -> Any:
+    """``--set`` values (files, NAME=FILE, or a bundled collection name), or the default for the model; with
+    ``--max-groups`` only the groups evaluated are parsed."""
     from ..data.sources import bundled_sets, sets_from_specs
     from ..model.real import real_model_for
 
     if not values:
         return bundled_sets("real" if model and real_model_for(model) else "tiny")
-    return sets_from_specs(values, key="set")
+    config = config or SAGOConfig()
+    return sets_from_specs(values, key="set", max_groups=config.max_groups, seed=config.seed)
 
 
 def _init_distributed() -> None:
@@ -73,11 +75,22 @@ def _init_distributed() -> None:
     torch.distributed.init_process_group(backend)
 
 
+def check_outputs(out: str, sets: dict[str, Any]) -> None:
+    """``--out`` and every file the evaluation will write in it, checked before the model loads: a file where a
+    directory goes (or the reverse), an unwritable place, a link, or a file that is one of the input sets (``--out``
+    holding ``s.jsonl`` would replace the set with group records) fail now, not after the evaluation."""
+    from ..results.evaluation import Evaluation
+
+    check_output_path(out, what="--out", directory=True)
+    inputs = {f"the set '{name}' (--set)": vs.source for name, vs in sets.items() if vs.source}
+    for path in Evaluation.output_files(out, list(sets)):
+        check_output_path(path, what="--out", inputs=inputs, root=out)
+
+
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # validate options before loading anything heavy
-    if args.out:  # an existing file or an unwritable folder fails now, not after the whole evaluation
-
-        check_output_dir(args.out, what="--out")
+    if args.out:  # an existing file or an unwritable folder fails now, before the sets are even read
+        check_output_path(args.out, what="--out", directory=True)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -85,9 +98,11 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.display import print_result
     from ..eval.evaluator import SAGOEvaluator
     from ..integrations.measure import SetProgress, stderr_is_terminal
-    from .console import make_console
+    from .console import make_console, user_text
 
-    sets = _sets_for(args.sets, args.model)
+    sets = _sets_for(args.sets, args.model, config)
+    if args.out:
+        check_outputs(args.out, sets)
     _init_distributed()
     device = args.device
     if device is None and distributed.world_size() > 1:
@@ -120,14 +135,15 @@ def run(args: argparse.Namespace) -> int:
         result.model = str(model_path) if args.model else "sago_train tiny model (shipped)"
         print_result(result, console)
         resolved = result.config["resolved"]
-        console.print(f"prompts: chat template {resolved['chat_template']}; correctness "
-                      f"{', '.join(f'{k}: {v}' for k, v in resolved['correctness'].items()) or '-'}; answer stops "
-                      f"{', '.join(f'{k}: {stops_text(v)}' for k, v in resolved['answer_stops'].items()) or '-'}")
+        console.print(user_text(
+            f"prompts: chat template {resolved['chat_template']}; correctness "
+            f"{', '.join(f'{k}: {v}' for k, v in resolved['correctness'].items()) or '-'}; answer stops "
+            f"{', '.join(f'{k}: {stops_text(v)}' for k, v in resolved['answer_stops'].items()) or '-'}"))
         for note in result.warnings:
-            console.print(f"[bold yellow]warning[/bold yellow]: {note}")
+            console.print(f"[bold yellow]warning[/bold yellow]: {user_text(note)}")
         if args.out:
             out = result.write(args.out)
-            console.print(f"wrote {out / SUMMARY} and one JSONL of group records per set")
+            console.print(f"wrote {user_text(out / SUMMARY)} and one JSONL of group records per set")
     if distributed.world_size() > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

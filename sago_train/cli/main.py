@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import SagoInputError
+from ..functional.formatting import printable
 from ..version import __version__
 from . import compare_cmd, eval_cmd, report_cmd, run_cmd, study_cmd, variants_cmd
 
@@ -44,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SagoInputError as err:
-        print(f"sago-train {args.command}: error: {err}", file=sys.stderr)
+        print(f"sago-train {args.command}: error: {printable(err)}", file=sys.stderr)  # one line, inert text
         return 2
     except KeyboardInterrupt:
         print("sago-train: interrupted", file=sys.stderr)

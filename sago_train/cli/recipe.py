@@ -25,6 +25,7 @@ from ..errors import SagoInputError, did_you_mean, short_repr, type_name
 from ..eval.config import SAGOConfig
 from ..integrations.early_stopping import SAGOEarlyStoppingCallback, check_target
 from ..io import validate_set_name
+from ..limits import check_seed
 from ..model.real import real_model_for
 from ..training.config import StabilityConfig
 from ..version import __version__
@@ -298,11 +299,12 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, key=f"early_stopping.{err.key}",
                                  line=getattr(data.get("early_stopping"), "lines", {}).get(err.key or "")) from None
-        # Early stopping acts on SAGO evaluations: what it watches must be monitored and computed.
+        # Early stopping acts on SAGO evaluations: what it watches must be monitored and computed (accuracy, which
+        # needs references the set file holds, is checked when training starts).
         stopper = SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
         try:
-            check_target(stopper.set_name, stopper.axis, monitor.sets, [*monitor_config.axes, "instability"],
-                         not_in="in monitor.sets")
+            check_target(stopper.set_name, stopper.axis, monitor.sets,
+                         [*monitor_config.axes, "instability", "accuracy"], not_in="in monitor.sets")
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, key="early_stopping.metric",
                                  line=getattr(data.get("early_stopping"), "lines", {}).get("metric")) from None
@@ -313,6 +315,10 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
                     Path(source).resolve().parent if source else Path.cwd())
     _check_keys("training", training, _training_fields(trainer), source)
     _check_types(_training_class(trainer), "training", training, source)
+    for key in ("seed", "data_seed"):  # set_seed would fail with a traceback after the data loaded
+        if training.get(key) is not None:
+            check_seed(training[key], key=f"training.{key}", source=source,
+                       line=getattr(training, "lines", {}).get(key))
     return Recipe(
         sago_train_version=str(version),
         name=name,

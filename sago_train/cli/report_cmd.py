@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError
+from ..io import check_output_path
+from ..results.layout import REPORT_MD
 from ..results.store import Run
 
 
@@ -17,7 +19,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Write report.md with PNG plots from SAGO results: each axis over training steps with 95% CI "
         "bands, per-group distributions and the axis-correlation heatmap at the last evaluation, a table of the "
         "last evaluation per set and axis with accuracy, and - with several directories - the paired comparison "
-        "of each against the first (paired by group id). A directory is a training run's output_dir (with "
+        "of each against the first (paired by group id; accuracy compared beside every axis, with a warning where it "
+        "fell) and each entry's accuracy beside the stability axes it ranks first on. A directory is a training run's output_dir (with "
         "sago/history.jsonl), its sago/ folder, or an evaluation directory from 'sago-train eval --out' "
         "(summary.json; no over-steps plot). RUN_DIR@STEP reports the evaluation at that step.",
     )
@@ -39,19 +42,29 @@ def default_out(source: Any) -> Path:
     return Path(source.path) / "report"
 
 
+def check_report_out(out: Path, inputs: dict[str, Path]) -> None:
+    """The report's directory and ``report.md``: a directory, writable, no link below it, not a results file read."""
+    check_output_path(out, what="--out", directory=True)
+    check_output_path(out / REPORT_MD, what="--out", inputs=inputs, root=out)
+
+
 def run(args: argparse.Namespace) -> int:
     if len(args.dirs) > 1 and args.out is None:
         raise SagoInputError("--out DIR is required when reporting on several directories")
-    from rich.markup import escape as esc
-
-    from ..analysis.compare import load_sources
+    from ..analysis.compare import load_sources, parse_spec
     from ..analysis.report import is_significant, write_report
     from ..functional.formatting import fmt_num
     from ..functional.stats import NOT_ENOUGH
+    from ..results.layout import result_files
     from .console import make_console
+    from .console import user_text as esc
 
+    inputs = {label: path for d in args.dirs for label, path in result_files(parse_spec(d)[0]).items()}
+    if args.out is not None:  # checked before anything is read
+        check_report_out(Path(args.out), inputs)
     sources = load_sources(args.dirs)
     out = Path(args.out) if args.out is not None else default_out(sources[0])
+    check_report_out(out, inputs)  # before any plot is drawn
     result = write_report(sources, out)
     console = make_console()
     console.print(f"wrote {esc(str(result.markdown))} and {len(result.plots)} plot(s):")
@@ -59,14 +72,16 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  {esc(str(png))}")
     for note in result.notes:
         console.print(f"  note: {esc(note)}")
+    for warning in result.warnings:  # accuracy that fell significantly (docs/accuracy.md)
+        console.print(f"  [red]warning[/red]: {esc(warning)}")
     significant = [r for r in result.comparisons if is_significant(r)]
     for r in significant:
-        console.print(f"  {esc(r['set'])}/{r['axis']}: {esc(r['verdict'])} than {esc(r['reference'])} "
+        console.print(f"  {esc(r['set'])}/{esc(r['axis'])}: {esc(r['verdict'])} than {esc(r['reference'])} "
                       f"(difference {fmt_num(r['mean_diff'])} [{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}])")
     # Too few groups is said, never folded into "no difference".
     untested = [r for r in result.comparisons if not r.get("n") or r.get("outcome") == NOT_ENOUGH]
     for r in untested:
-        console.print(f"  {esc(r['set'])}/{r['axis']}: {esc(r['run'])} vs {esc(r['reference'])}: {esc(r['verdict'])}")
+        console.print(f"  {esc(r['set'])}/{esc(r['axis'])}: {esc(r['run'])} vs {esc(r['reference'])}: {esc(r['verdict'])}")
     if result.comparisons and not significant:
         where = " where it could be tested" if untested else ""
         console.print(f"  no significant stability difference from {esc(sources[0].label)}{where}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,9 @@ from typing import Any
 import torch
 
 from ..errors import SagoInputError
-from ..io import acquire_run_lock, check_output_dir, release_run_lock
-from ..results.layout import SAGO_DIR, history_path
-from ..results.store import claim_history
+from ..io import acquire_run_lock, check_output_path, release_run_lock
+from ..results.layout import RESOLVED_RECIPE, SAGO_DIR, history_path
+from ..results.store import check_run_dir, claim_history
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -44,14 +45,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in an output directory that holds another run's SAGO history (the old "
                         "history.jsonl is kept beside it as history.jsonl.<time>.old)")
+    p.add_argument("--new-baseline", action="store_true",
+                   help="with --resume: when a monitored set (or a setting that changes its numbers) differs from "
+                        "what the run's SAGO history measured, set that history aside (history.jsonl.<time>.old) and "
+                        "measure a new baseline at the resumed step (without it such a resume is refused)")
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
-    from .console import make_console
-    from .recipe import apply_overrides, load_yaml, parse_overrides, parse_recipe, validate_run_name
-    from .runner import build_trainer, dry_run, save_resolved
+    from .console import make_console, user_text
+    from .recipe_sections import validate_run_name
+    from .recipe_yaml import apply_overrides, load_yaml, parse_overrides
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
     if not Path(args.recipe).is_file():
@@ -62,31 +67,39 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
                                  hint=f"put the recipe first: sago-train run {misplaced} --section.key VALUE ...")
     if args.resume and args.overwrite:
         raise SagoInputError("--resume and --overwrite contradict each other", hint="resume keeps the history")
+    if args.new_baseline and not args.resume:
+        raise SagoInputError("--new-baseline goes with --resume", hint="a fresh run measures its own baseline")
     if args.name is not None:
         validate_run_name(args.name, key="--name")
     data = apply_overrides(load_yaml(args.recipe), parse_overrides(overrides))
     if args.name:
         data["name"] = args.name
+    if args.output_dir:  # known already: checked before the recipe's parser imports transformers and peft
+        check_run_outputs(args.output_dir, args.recipe)
+    from .recipe import parse_recipe
+    from .runner import build_trainer, dry_run, save_resolved
+
     recipe = parse_recipe(data, source=args.recipe)
     console = make_console()
     output_dir = str(args.output_dir or recipe.training.get("output_dir") or Path("runs") / recipe.name)
-    # Outputs are checked before the model loads: an unwritable or occupied directory fails in a second.
-    check_output_dir(output_dir)
-    sago_dir = Path(output_dir) / "sago"
+    check_run_outputs(output_dir, args.recipe)
+    sago_dir = Path(output_dir) / SAGO_DIR
     resume = _resume_checkpoint(output_dir) if args.resume else recipe.training.get("resume_from_checkpoint")
     if not args.dry_run:
         acquire_run_lock(sago_dir)
     try:
         if not (resume or args.overwrite):  # refused here, before the model loads; the callback moves it aside
             claim_history(sago_dir, resuming=False, overwrite=False)
-        trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite)
+        trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite,
+                                new_baseline=args.new_baseline, resume_step=_checkpoint_step(resume))
         if args.dry_run:
             loss = dry_run(trainer)
-            console.print(f"dry run of '{recipe.name}' OK: {type(trainer).__name__}, one batch loss {loss:.4f}")
+            console.print(f"dry run of '{user_text(recipe.name)}' OK: {type(trainer).__name__}, one batch loss "
+                          f"{loss:.4f}")
             return 0
         save_resolved(recipe, data, output_dir)
-        console.print(f"[bold]sago-train run[/bold] '{recipe.name}' -> {output_dir}"
-                      + (f" (resuming from {resume})" if resume else ""))
+        console.print(f"[bold]sago-train run[/bold] '{user_text(recipe.name)}' -> {user_text(output_dir)}"
+                      + (f" (resuming from {user_text(resume)})" if resume else ""))
         try:
             trainer.train(resume_from_checkpoint=resume)
             trainer.save_model(output_dir)
@@ -103,15 +116,26 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
 
         console.print(f"last SAGO evaluation (step {trainer.state.global_step}):")
         print_result(cb.last_result, console)
-        console.print(f"history: {history_path(Path(output_dir) / SAGO_DIR)}; report: sago-train report {output_dir}")
+        console.print(f"history: {user_text(history_path(Path(output_dir) / SAGO_DIR))}; report: sago-train report "
+                      f"{user_text(output_dir)}")
     if cb is not None and cb.failures and trainer.is_world_process_zero():
         console.print(f"[yellow]{len(cb.failures)} SAGO evaluation(s) failed and were skipped:[/yellow] "
-                      + "; ".join(f"step {f['step']}: {f['error'][:300]}" for f in cb.failures))
+                      + user_text("; ".join(f"step {f['step']}: {f['error'][:300]}" for f in cb.failures)))
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
+
+
+def check_run_outputs(output_dir: str, recipe_path: str) -> None:
+    """Outputs are checked before the model loads: an unwritable or occupied directory fails in a second, and so
+    does a link that a write would follow out of it (``sago/``, its history, lock or step folders) or a
+    ``recipe.yaml`` there that is the recipe being run (it would be replaced by the resolved recipe)."""
+    check_output_path(output_dir, what="output directory", directory=True)
+    check_run_dir(Path(output_dir) / SAGO_DIR)
+    check_output_path(Path(output_dir) / RESOLVED_RECIPE, what="output directory", root=output_dir,
+                      inputs={"the recipe being run": recipe_path})
 
 
 def _resume_checkpoint(output_dir: str) -> str:
@@ -123,6 +147,12 @@ def _resume_checkpoint(output_dir: str) -> str:
         raise SagoInputError(f"--resume: no checkpoint-* folder in {output_dir}",
                              hint="a run saves checkpoints with training.save_strategy: steps")
     return last
+
+
+def _checkpoint_step(checkpoint: Any) -> int | None:
+    """The step a Trainer checkpoint folder holds (``checkpoint-<step>``), else None."""
+    match = re.fullmatch(r"checkpoint-(\d+)", Path(checkpoint).name) if isinstance(checkpoint, str) else None
+    return int(match.group(1)) if match else None
 
 
 def _finish_wandb(trainer: Any) -> None:

@@ -27,6 +27,8 @@ from ..io import atomic_write_text, read_jsonl, validate_set_name
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from ..model.layers import num_decoder_layers, resolve_layers
 from ..model.loading import load_model_and_tokenizer
+from ..results.layout import RESOLVED_RECIPE, SAGO_DIR, history_path
+from ..results.store import read_history
 from ..threads import configure_torch_threads
 from ..training.collator import VariantGroupCollator, group_of
 from ..training.config import StabilityConfig
@@ -205,6 +207,7 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
             import peft
         except ImportError as err:
             raise SagoInputError("model.lora needs peft", hint="pip install peft (a sago_train dependency)") from err
+        _check_lora_rank(recipe, model)
         config = peft.LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
         try:
@@ -217,9 +220,25 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False) -> Any:
+def _check_lora_rank(recipe: Recipe, model: Any) -> None:
+    """A LoRA rank above the model's width adds no capacity (a rank-r update of a d-wide matrix has rank at most d)
+    but costs r x d parameters per adapted matrix: ``r: 100000000`` had PEFT allocate tens of GB. Refused here,
+    naming the recipe line, before PEFT allocates anything."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    width = getattr(text, "hidden_size", None)
+    r = recipe.model.lora.r if recipe.model.lora is not None else None
+    if isinstance(width, int) and r is not None and r > width:
+        raise recipe.error(f"LoRA rank {r:,} is larger than the model's width ({width:,}, hidden_size)", "model.lora.r",
+                           hint=f"use a rank in 1..{width} (8 to 64 is usual)")
+
+
+def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: bool = False,
+                  new_baseline: bool = False, resume_step: int | None = None) -> Any:
     """Everything but ``train()``: model, data, callbacks and the right trainer class. ``overwrite`` lets a
-    fresh run replace another run's SAGO history in the output directory (see :class:`SAGOCallback`)."""
+    fresh run replace another run's SAGO history in the output directory, ``new_baseline`` a resumed run whose
+    monitored sets changed start a new one (see :class:`SAGOCallback`); with ``resume_step`` such a resume is
+    refused here, before the model loads."""
     # Everything the user wrote (data, training arguments, sets, callbacks) is checked before the model loads,
     # so that a bad input fails fast with one clear line.
     src = recipe.resolve_path(recipe.data.train)
@@ -268,10 +287,13 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         try:
             options = MonitorOptions(**{f.name: getattr(recipe.monitor, f.name) for f in dataclasses.fields(MonitorOptions)})
             callbacks.append(SAGOCallback(sets, options, overwrite=overwrite or options.overwrite,
+                                          new_baseline=new_baseline or options.new_baseline,
                                           config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
                                  hint=err.hint) from None
+    if resume_step is not None:
+        _check_resume(callbacks, Path(args.output_dir) / SAGO_DIR, resume_step)
     if recipe.early_stopping is not None:
         callbacks.append(SAGOEarlyStoppingCallback(**dataclasses.asdict(recipe.early_stopping)))
 
@@ -300,6 +322,17 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
             raise
         # Raised by the stability loss at construction (e.g. an out-of-range layer): name the recipe line.
         raise recipe.error(err.message, f"stability.{err.key}" if err.key else "stability", hint=err.hint) from None
+
+
+def _check_resume(callbacks: list[Any], sago_dir: Path, step: int) -> None:
+    """A resume whose monitored sets changed since the history measured them fails now, not after the model
+    loaded (the callback checks again at train start, for the Trainer API)."""
+    if not history_path(sago_dir).is_file():
+        return
+    kept = [h for h in read_history(sago_dir, allow_empty=True).entries if int(h["step"]) <= step]
+    for cb in callbacks:
+        if isinstance(cb, SAGOCallback):
+            cb.check_resume(kept, history_path(sago_dir))
 
 
 def _check_layers(recipe: Recipe, callbacks: list[Any], model: Any) -> None:
@@ -381,4 +414,4 @@ def dry_run(trainer: Any) -> float:
 def save_resolved(recipe: Recipe, data: dict[str, Any], output_dir: str) -> None:
     """Keep the recipe as it ran (after overrides) beside the outputs, for provenance."""
     plain = json.loads(json.dumps(data, default=str))
-    atomic_write_text(Path(output_dir) / "recipe.yaml", yaml.safe_dump(plain, sort_keys=False))
+    atomic_write_text(Path(output_dir) / RESOLVED_RECIPE, yaml.safe_dump(plain, sort_keys=False))

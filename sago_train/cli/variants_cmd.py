@@ -1,4 +1,4 @@
-"""``sago-train variants``: build a SPEC JSONL variant set from plain examples with the seeded generators."""
+"""``sago-train variants``: build a JSONL variant set from plain examples with the seeded generators."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError
-from ..io import atomic_write_jsonl, validate_set_name
+from ..io import atomic_write_jsonl, check_output_path, validate_set_name
+from ..limits import check_seed
 
 # Generators run in this fixed order whatever the order of the flags, so the kinds (and so the file) depend
 # only on which options are given and the seed.
@@ -78,19 +79,18 @@ def build_generators(args: argparse.Namespace) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.markup import escape as esc
-
     from ..data.build import build_variant_set, unchanged_counts
     from ..data.examples import load_examples
     from .console import make_console
+    from .console import user_text as esc
 
     out = Path(args.out)
-    if out.is_dir():
-        raise SagoInputError(f"--out {out} is a directory; expected a file name such as {out / 'set.jsonl'}")
-    if out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
-        raise SagoInputError("--out is the --input file; refusing to overwrite the examples")
+    inputs = {f"the {flag} file": path for flag, path in (("--input", args.input), ("--templates", args.templates),
+                                                           ("--instructions", args.instructions)) if path}
+    check_output_path(out, what="--out", inputs=inputs)  # before any generator runs or any example is read
     stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", out.stem)  # the name VariantSet.from_jsonl will give the file
     name = validate_set_name(args.name if args.name is not None else stem, key="name")
+    check_seed(args.seed, key="--seed")
     generators = build_generators(args)  # option errors first, before reading a possibly large file
     examples = load_examples(args.input)
     vs = build_variant_set(examples, generators, name=name, seed=args.seed)
@@ -99,14 +99,14 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     n_variants = sum(g.k for g in vs)
     kinds = vs.kinds or []
-    console.print(f"wrote {len(vs)} groups, {n_variants} variants ({len(kinds)} per group: {', '.join(kinds)}) "
+    console.print(f"wrote {len(vs)} groups, {n_variants} variants ({len(kinds)} per group: {esc(', '.join(kinds))}) "
                   f"to {esc(str(out))} (set '{esc(name)}', seed {args.seed})")
     unchanged = unchanged_counts(vs)
     console.print("unchanged variants (identical to the original after every retry; kept, not dropped): "
-                  + ", ".join(f"{k} {v}/{len(vs)}" for k, v in unchanged.items()))
+                  + esc(", ".join(f"{k} {v}/{len(vs)}" for k, v in unchanged.items())))
     for kind, count in unchanged.items():
         if count == len(vs):
-            console.print(f"warning: '{kind}' changed no example (e.g. lower casing of lowercase text): its "
+            console.print(f"warning: '{esc(kind)}' changed no example (e.g. lower casing of lowercase text): its "
                           "variants equal the originals")
     if name != stem:
         console.print(f"note: the file loads as set '{esc(stem)}' by default; use --set {esc(name)}={esc(str(out))}")

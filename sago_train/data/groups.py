@@ -1,4 +1,4 @@
-"""Variant groups and variant sets (SPEC "Data").
+"""Variant groups and variant sets (docs/definitions.md#data).
 
 A *variant group* is one example written K >= 2 ways; a *variant set* is a named collection of groups.
 Everything that reads user data validates it here and raises :class:`~sago_train.errors.SagoInputError`
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,24 +17,40 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError, did_you_mean, short_repr, type_name
-from ..io import find_lone_surrogate, read_jsonl, validate_set_name
+from ..io import count_records, find_lone_surrogate, read_jsonl, validate_set_name
 from ..limits import (
     MAX_VARIANT_CHARS,
     MAX_VARIANTS_PER_GROUP,
+)
+from .group_checks import (  # noqa: F401 - ANSWER_*, CHAT_ROLES, reference_aliases re-exported
+    ANSWER_HINT,
+    ANSWER_NEEDS_CHOICES,
+    CHAT_ROLES,
+    check_choice_orders,
+    check_messages,
+    check_reference,
+    reference_aliases,
 )
 
 Message = dict[str, str]
 Variant = str | list[Message]
 
 GROUP_KEYS = ("id", "variants", "kinds", "canonical", "reference", "choices", "answer", "meta")
-CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 # Set names become file names (<out>/<set>.jsonl); restricting them keeps outputs inside the output dir.
 
 
-# 'answer' is the option index of a multiple-choice group; a free-text answer is a 'reference'.
-ANSWER_NEEDS_CHOICES = "'answer' needs 'choices' (it is the index of the correct option)"
-ANSWER_HINT = ("for a free-text answer use 'reference' (e.g. {\"question\": ..., \"reference\": \"Paris\"}); "
-                "'answer' goes with 'choices'")
+def subset_indices(n: int, max_groups: int | None, seed: int, name: str) -> list[int]:
+    """The groups an evaluation runs out of ``n``: all (``max_groups`` None or 0), or a seeded subset that depends
+    only on the seed, the set's name and ``n``, so it is the same at every evaluation, after a resume, and when
+    only those lines of the file are read (:meth:`VariantSet.from_jsonl` with ``max_groups``).
+
+    Example:
+        >>> subset_indices(5, None, 0, "s"), len(subset_indices(1000, 3, 0, "s"))
+        ([0, 1, 2, 3, 4], 3)
+    """
+    if not max_groups or max_groups >= n:
+        return list(range(n))
+    return sorted(random.Random(f"sago-subset:{seed}:{name}").sample(range(n), max_groups))
 
 
 def variant_chars(variant: Any) -> int:
@@ -50,31 +67,6 @@ def too_long_variant(group: VariantGroup, max_chars: int = MAX_VARIANT_CHARS) ->
         if variant_chars(x) > max_chars:
             return i
     return None
-
-
-def check_reference(value: Any) -> None:
-    """A reference is a non-empty string, or a non-empty list of them (aliases, any one right); raises a
-    :class:`SagoInputError` on ``reference`` otherwise (without location; callers add it)."""
-    if value is None:
-        return
-    aliases = value if isinstance(value, list) else [value]
-    if not aliases:
-        raise SagoInputError("reference is an empty list", key="reference",
-                             hint='give a string, or a list of aliases such as ["Kyiv", "Kiev"]')
-    for i, alias in enumerate(aliases):
-        where = f"alias {i}" if isinstance(value, list) else "reference"
-        if not isinstance(alias, str):
-            raise SagoInputError(f"{where}: expected a string, got {type_name(alias)}", key="reference",
-                                 hint='a reference is a string or a list of strings (aliases, any one right)')
-        if not alias.strip():
-            raise SagoInputError(f"{where} is empty", key="reference", hint="omit it to use the greedy output")
-
-
-def reference_aliases(value: str | list[str] | None) -> list[str]:
-    """Every accepted answer of a reference as given: ``[value]`` for a string, the list itself, ``[]``."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 @dataclass
@@ -138,8 +130,8 @@ class VariantGroup:
         """
         if self.choices is None:
             return None
-        orders = self.meta.get("generation", {}).get("choice_orders") if isinstance(self.meta, dict) else None
-        if isinstance(orders, list) and k < len(orders) and isinstance(orders[k], list):
+        orders = (self.meta.get("generation") or {}).get("choice_orders")  # checked by validate_group
+        if orders is not None:
             return [self.choices[j] for j in orders[k]]
         return list(self.choices)
 
@@ -194,28 +186,6 @@ class VariantGroup:
             raise SagoInputError(err.message, key=err.key, hint=err.hint, **where) from None
 
 
-def _check_message_list(value: list[Any], i: int) -> None:
-    if not value:
-        raise SagoInputError(f"variant {i} is an empty message list", key="variants")
-    for j, msg in enumerate(value):
-        if not isinstance(msg, Mapping):
-            raise SagoInputError(
-                f"variant {i}, message {j}: expected an object with 'role' and 'content', got {type_name(msg)}",
-                key="variants",
-            )
-        role, content = msg.get("role"), msg.get("content")
-        if role not in CHAT_ROLES:
-            raise SagoInputError(
-                f"variant {i}, message {j}: role {short_repr(role)} is not one of {', '.join(CHAT_ROLES)}."
-                + (did_you_mean(role, CHAT_ROLES) if isinstance(role, str) else ""),
-                key="variants",
-            )
-        if not isinstance(content, str):
-            raise SagoInputError(
-                f"variant {i}, message {j}: expected string 'content', got {type_name(content)}", key="variants"
-            )
-
-
 def validate_group(g: VariantGroup) -> None:
     """Validate a group in place (raises :class:`SagoInputError` without location; callers add it)."""
     v = g.variants
@@ -237,7 +207,7 @@ def validate_group(g: VariantGroup) -> None:
             if not x.strip():
                 raise SagoInputError(f"variant {i} is empty", key="variants")
         elif isinstance(x, list):
-            _check_message_list(x, i)
+            check_messages(x, i)
         else:
             raise SagoInputError(
                 f"variant {i}: expected a string or a list of chat messages, got {type_name(x)}", key="variants"
@@ -256,6 +226,10 @@ def validate_group(g: VariantGroup) -> None:
             raise SagoInputError(
                 f"expected one kind per variant ({len(v)}), got {len(g.kinds)}", key="kinds"
             )
+        repeated = next((k for i, k in enumerate(g.kinds) if k in g.kinds[:i]), None)
+        if repeated is not None:  # a kind names one variant: per-kind analysis has one column per kind
+            raise SagoInputError(f"kind {short_repr(repeated)} is given to more than one variant", key="kinds",
+                                 hint="give each variant of a group its own kind (e.g. paraphrase-1, paraphrase-2)")
     if isinstance(g.canonical, bool) or not isinstance(g.canonical, int) or not 0 <= g.canonical < len(v):
         raise SagoInputError(
             f"expected a variant index in [0, {len(v) - 1}], got {short_repr(g.canonical)}", key="canonical"
@@ -283,6 +257,7 @@ def validate_group(g: VariantGroup) -> None:
                 )
     if not isinstance(g.meta, dict):
         raise SagoInputError(f"expected an object, got {type_name(g.meta)}", key="meta")
+    check_choice_orders(g.meta, g.choices, len(g.variants))
 
 
 @dataclass
@@ -347,13 +322,22 @@ class VariantSet:
         return cls(name, groups, source=source)
 
     @classmethod
-    def from_jsonl(cls, path: str | os.PathLike[str], name: str | None = None) -> VariantSet:
-        """Read a SPEC JSONL file (one group per line); ``name`` defaults to the file's stem."""
+    def from_jsonl(cls, path: str | os.PathLike[str], name: str | None = None, *, max_groups: int | None = None,
+                   seed: int = 0) -> VariantSet:
+        """Read a JSONL file (one group per line); ``name`` defaults to the file's stem. With ``max_groups``
+        only the groups an evaluation with that cap and ``seed`` runs (:func:`subset_indices`) are parsed and
+        checked: a 127 MiB set evaluated on 2 groups is counted, not parsed whole."""
         p = Path(path)
+        set_name = name if name is not None else re.sub(r"[^A-Za-z0-9_.\-]", "_", p.stem)
+        keep = None
+        if max_groups:
+            keep = set(subset_indices(count_records(p, what="variant set"), max_groups, seed, set_name))
+        order = sorted(keep) if keep is not None else None
         groups: list[VariantGroup] = []
         lines: dict[str, int] = {}
-        for i, (lineno, rec) in enumerate(read_jsonl(p, what="variant set")):
-            g = VariantGroup.from_dict(rec, index=i, source=str(p), line=lineno)
+        for i, (lineno, rec) in enumerate(read_jsonl(p, what="variant set", keep=keep)):
+            index = order[i] if order is not None else i  # the record's place in the file (default ids: #index)
+            g = VariantGroup.from_dict(rec, index=index, source=str(p), line=lineno)
             if g.id in lines:
                 raise SagoInputError(
                     f"duplicate id {short_repr(g.id)} (first on line {lines[g.id]})",
@@ -366,12 +350,11 @@ class VariantSet:
             groups.append(g)
         if not groups:
             raise SagoInputError("no variant groups in file (it is empty)", source=str(p))
-        set_name = name if name is not None else re.sub(r"[^A-Za-z0-9_.\-]", "_", p.stem)
         return cls(set_name, groups, source=str(p))
 
     @classmethod
     def from_dataset(cls, dataset: Any, name: str) -> VariantSet:
-        """Build a set from a ``datasets.Dataset`` whose rows follow the SPEC group schema."""
+        """Build a set from a ``datasets.Dataset`` whose rows follow the group schema (docs/definitions.md#variant-group)."""
         cols = set(getattr(dataset, "column_names", []) or [])
         # Datasets fill absent optional fields with None; drop those so defaults apply.
         records = ({k: v for k, v in row.items() if v is not None or k not in cols} for row in dataset)

@@ -15,11 +15,12 @@ from .groups import VariantSet
 SetsLike = VariantSet | str | os.PathLike | Mapping[str, VariantSet | str | os.PathLike] | Sequence[Any]
 
 
-def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:
+def resolve_sets(sets: SetsLike, *, max_groups: int | None = None, seed: int = 0) -> dict[str, VariantSet]:
     """Normalize the many ways of naming sets into ``{name: VariantSet}``.
 
     Accepts a :class:`VariantSet`, a path, a ``"NAME=PATH"`` string, a mapping name -> set or path, or a
-    list of any of these.
+    list of any of these. Files are read whole, or with ``max_groups`` only the groups an evaluation with that
+    cap and ``seed`` runs (see :meth:`VariantSet.from_jsonl`).
 
     Example:
         >>> resolve_sets(VariantSet.from_records([{"variants": ["a", "b"]}], name="x"))["x"].name
@@ -38,18 +39,18 @@ def resolve_sets(sets: SetsLike) -> dict[str, VariantSet]:
         text = os.fspath(sets)
         if "=" in text and not Path(text).exists():
             name, path = text.split("=", 1)
-            add(VariantSet.from_jsonl(path, name=validate_set_name(name)))
+            add(VariantSet.from_jsonl(path, name=validate_set_name(name), max_groups=max_groups, seed=seed))
         else:
-            add(VariantSet.from_jsonl(text))
+            add(VariantSet.from_jsonl(text, max_groups=max_groups, seed=seed))
     elif isinstance(sets, Mapping):
         for name, value in sets.items():
             if isinstance(value, VariantSet):
                 add(value if value.name == name else VariantSet(validate_set_name(name), value.groups, value.source))
             else:
-                add(VariantSet.from_jsonl(value, name=validate_set_name(name)))
+                add(VariantSet.from_jsonl(value, name=validate_set_name(name), max_groups=max_groups, seed=seed))
     elif isinstance(sets, Sequence):
         for item in sets:
-            for vs in resolve_sets(item).values():
+            for vs in resolve_sets(item, max_groups=max_groups, seed=seed).values():
                 add(vs)
     else:
         raise SagoInputError(
@@ -100,14 +101,17 @@ def is_bundled_spec(spec: str) -> bool:
     return spec.partition("/")[0] in BUNDLED_COLLECTIONS and "=" not in spec and not os.path.exists(spec)
 
 
-def sets_from_specs(specs: Sequence[str], *, key: str = "set") -> dict[str, VariantSet]:
+def sets_from_specs(specs: Sequence[str], *, key: str = "set", max_groups: int | None = None,
+                    seed: int = 0) -> dict[str, VariantSet]:
     """Sets named on a command line (``sago-train eval --set``, ``--sago_sets``): each ``NAME=FILE``, a JSONL
     path, a bundled collection (:data:`BUNDLED_COLLECTIONS`) or one of its sets (``real/capitals``) when no
-    file of that name exists. ``key`` names the flag in errors."""
+    file of that name exists. ``key`` names the flag in errors; ``max_groups`` and ``seed`` as in
+    :func:`resolve_sets`."""
     out: dict[str, VariantSet] = {}
     for spec in specs:
         try:
-            part = bundled_sets(spec) if is_bundled_spec(spec) else resolve_sets(spec)
+            part = bundled_sets(spec) if is_bundled_spec(spec) else resolve_sets(spec, max_groups=max_groups,
+                                                                                  seed=seed)
         except SagoInputError as err:
             if err.source is not None:  # an error inside a set file names that file
                 raise

@@ -12,16 +12,17 @@ from ..errors import SagoInputError, unknown_name_error
 from ..functional.axes import DEFAULT_AXES, parse_axes
 from ..functional.axes.correctness import MATCH_MODES
 from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
+from ..limits import MAX_BATCH_SIZE, MAX_BOOTSTRAP, MAX_NEW_TOKENS, check_int_range, check_seed
 from ..model.layers import check_layer_indices
 from ..model.tokenize import CHAT_TEMPLATE_MODES
 
-#: Where the activation axes read a prompt's hidden state (SPEC "activation").
+#: Where the activation axes read a prompt's hidden state (docs/definitions.md#activation).
 PROMPT_POOLINGS = ("last", "mean")
 #: Sequences per forward/generate batch, the one default (the extractor's too).
 DEFAULT_BATCH_SIZE = 32
 #: What ``max_groups=None`` means inside training (SAGOCallback): 64 groups per set. Cost is linear in groups,
 #: a mean's CI half-width about 1.96 s / sqrt(n) (s the per-group spread): 64 groups give 0.245 s; 32 would be
-#: 1.41x wider, 128 1.41x narrower at twice the cost. On the real model (README, 45 groups: generation 0.370
+#: 1.41x wider, 128 1.41x narrower at twice the cost. On the real model (docs/real-models.md, 45 groups: generation 0.370
 #: [0.313, 0.428], so s = 0.20) that is +-0.048 on the generation axis at 64 groups, +-0.068 at 32; paired
 #: comparisons between evaluations (the same groups every time) are narrower still.
 IN_TRAINING_MAX_GROUPS = 64
@@ -127,10 +128,11 @@ class SAGOConfig:
                                      key="chat_template")
         if self.correctness not in MATCH_MODES:
             raise unknown_name_error("correctness mode", self.correctness, MATCH_MODES, key="correctness")
-        for name in ("max_new_tokens", "batch_size", "n_bootstrap"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SagoInputError(f"expected a positive integer, got {value!r}", key=name)
+        for name, most, limit in (("max_new_tokens", MAX_NEW_TOKENS, "MAX_NEW_TOKENS"),
+                                  ("batch_size", MAX_BATCH_SIZE, "MAX_BATCH_SIZE"),
+                                  ("n_bootstrap", MAX_BOOTSTRAP, "MAX_BOOTSTRAP")):
+            check_int_range(getattr(self, name), 1, most, key=name, limit_name=limit)  # bounded before any work
+        check_seed(self.seed)
         if self.max_groups is not None and (isinstance(self.max_groups, bool) or not isinstance(self.max_groups, int)
                                             or self.max_groups < 0):
             raise SagoInputError(f"expected an integer >= 0 (0 = every group) or None, got {self.max_groups!r}",

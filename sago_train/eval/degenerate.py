@@ -18,7 +18,7 @@ from ..functional.answer import answer_end, answer_span
 from ..functional.text import normalize
 from ..results.evaluation import Evaluation, GroupRecord, SetEvaluation
 
-#: Stops of one variant (the evaluator's rule, SPEC "correctness").
+#: Stops of one variant (the evaluator's rule, docs/definitions.md#correctness).
 StopsOf = Callable[[Any], list[str]]
 
 #: Above this share of empty generations in a set, the set's generations are flagged.

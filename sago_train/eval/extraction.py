@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import distributed
 from ..errors import SagoInputError
 from ..model.hooks import BlockOutputs
 from ..model.layers import get_decoder_layers
@@ -55,21 +56,6 @@ def _base_forward_params(model: nn.Module) -> set[str]:
 
 def _batches(order: Sequence[int], batch_size: int) -> list[list[int]]:
     return [list(order[i: i + batch_size]) for i in range(0, len(order), batch_size)]
-
-
-def _sync_max(values: Sequence[int]) -> list[int]:
-    """The element-wise maximum of ``values`` over the ranks of torch.distributed (the values themselves
-    without it): every rank must run the same number of forwards (ZeRO-3/FSDP gather parameters
-    collectively) and take the same path."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return list(values)
-    if torch.distributed.get_world_size() == 1:
-        return list(values)
-    t = torch.tensor(list(values), dtype=torch.long)
-    if torch.distributed.get_backend() == "nccl":
-        t = t.cuda()
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return [int(x) for x in t.tolist()]
 
 
 def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
@@ -141,6 +127,9 @@ class Extractor:
             get_decoder_layers(model)  # a model without decoder blocks fails here, before any forward
         self.forward_params = _base_forward_params(model)
         self._logits_to_keep = "logits_to_keep" in self.forward_params
+        # Sharded parameters (FSDP, ZeRO-3) are gathered inside every forward: then every rank must run the
+        # same forwards, including decoding steps after its own rows have ended (see docs/distributed.md).
+        self.collective = distributed.forward_is_collective(model)
 
     @property
     def device(self) -> torch.device:
@@ -168,8 +157,11 @@ class Extractor:
 
     def _generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, config: Any, **extra: Any) -> Any:
         stop = {"tokenizer": self.tokenizer} if self.stop_strings else {}
+        # synced_gpus: decoding goes on (its rows already ended) until every rank's rows have ended. transformers
+        # infers it from torch's FSDP markers or its own ZeRO-3 config; said here, it does not depend on them.
+        synced = {"synced_gpus": True} if self.collective else {}
         return self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config,
-                                   **stop, **extra)
+                                   **stop, **synced, **extra)
 
     def decode(self, new_tokens: list[list[int]], config: Any) -> list[str]:
         """The one decoding of greedy continuations: each row up to its first EOS, without special tokens, cut
@@ -222,7 +214,7 @@ class Extractor:
             longest_prompt = max((len(p) for p in prompts), default=0)
             longest_cont = max((len(c or []) for c in continuations or []), default=0)
             longest = longest_prompt + max(longest_cont, self.max_new_tokens if want_generation else 0)
-            (longest,) = _sync_max([longest])
+            (longest,) = distributed.max_over_ranks([longest])
             if longest > min(windows) - 1:
                 return f"a call of {longest} tokens overflows its sliding window of {min(windows)}"
         return None
@@ -236,7 +228,7 @@ class Extractor:
         want_lp = conts is not None
         order = sorted(range(n), key=lambda i: (len(prompts[i]), i))
         batches = _batches(order, self.batch_size)
-        (n_runs,) = _sync_max([len(batches)])
+        (n_runs,) = distributed.max_over_ranks([len(batches)])
         real = len(batches)
         if not batches:
             if n_runs == 0:
@@ -265,6 +257,11 @@ class Extractor:
                     max((len(conts[i] or []) for i in idx), default=0) if want_lp else 0,
                     self.max_new_tokens if want_generation else 0)
                 p = shared_prefix_length(rows)
+                rest = max(max((len(conts[i] or []) for i in idx), default=0) - 1, 0) if want_lp else 0
+                if self.collective:  # the same forwards on every rank: a prefix pass if any rank has one
+                    any_prefix, rest = distributed.max_over_ranks([int(p > 0), rest])
+                    if any_prefix and not p:
+                        model(input_ids=torch.tensor([[pad]], device=device), use_cache=False, **keep)
                 cache = None
                 if p:
                     prefix = torch.tensor([rows[0][:p]], dtype=torch.long, device=device)
@@ -292,7 +289,7 @@ class Extractor:
                     hidden_out[idx] = stacked
                 if want_lp:
                     sums, lengths = self._score_continuations(out, cache, mask, [list(conts[i] or []) for i in idx],
-                                                              kw, width)
+                                                              kw, width, rest)
                     if collect and lp_out is not None:
                         for r, i in enumerate(idx):
                             if lengths[r]:
@@ -311,14 +308,18 @@ class Extractor:
         return ScoreOutput(hidden_out, lp_out), outputs
 
     def _score_continuations(self, out: Any, cache: Any, mask: torch.Tensor, cs: list[list[int]], kw: str,
-                             width: int) -> tuple[list[float], list[int]]:
+                             width: int, rest: int) -> tuple[list[float], list[int]]:
         """Summed log-probabilities of each row's continuation on top of the prompt cache (the first token from
-        the prompt's last logits, the rest from one more forward), the cache cropped back to the prompt."""
+        the prompt's last logits, the rest from one more forward of ``rest`` columns: the longest continuation
+        but one, or more to keep ranks in step, the extra columns masked), the cache cropped back to the
+        prompt."""
         first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
         sums = [float(first[r, c[0]]) if c else 0.0 for r, c in enumerate(cs)]
-        rest = max(len(c) for c in cs) - 1
         if rest > 0:
             feed, fmask = pad_batch([c[:-1] for c in cs], self.pad_id, side="right")
+            if feed.shape[1] < rest:  # columns another rank needs, masked here
+                feed = torch.nn.functional.pad(feed, (0, rest - feed.shape[1]), value=self.pad_id)
+                fmask = torch.nn.functional.pad(fmask, (0, rest - fmask.shape[1]), value=0)
             fmask = torch.where(torch.tensor([len(c) > 1 for c in cs])[:, None], fmask, 0)
             mask2 = torch.cat([mask, fmask.to(mask.device)], dim=1)
             logits = self.model(input_ids=feed.to(mask.device), attention_mask=mask2, position_ids=positions(mask2, width),
@@ -337,7 +338,7 @@ class Extractor:
         """Greedy continuations of tokenized prompts (left-padded batches), decoded without special tokens."""
         order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
         batches = _batches(order, self.batch_size)
-        (n_runs,) = _sync_max([len(batches)])
+        (n_runs,) = distributed.max_over_ranks([len(batches)])
         if not batches:
             if n_runs == 0:
                 return []
@@ -370,7 +371,7 @@ class Extractor:
         lengths = [len(p) + len(c) for p, c in zip(prompts, conts)]
         order = sorted(range(n), key=lambda i: (lengths[i], i))
         batches = _batches(order, self.batch_size)
-        (n_runs,) = _sync_max([len(batches)])
+        (n_runs,) = distributed.max_over_ranks([len(batches)])
         if not batches:
             if n_runs == 0:
                 return ScoreOutput(None, None)

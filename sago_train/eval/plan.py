@@ -4,21 +4,38 @@ greedy decoding and whether a set needs a decoding pass at all."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..data.groups import VariantGroup, VariantSet
+from ..data.groups import VariantGroup, VariantSet, subset_indices
 from ..functional.axes import Axis, GroupInputs
 
 
 def select_groups(vs: VariantSet, max_groups: int | None, seed: int) -> list[int]:
     """Indices of the groups to evaluate: all (``max_groups`` None or 0), or a seeded subset that depends only
-    on the seed, the set's name and its size, so it is the same at every evaluation and after a resume."""
-    n = len(vs)
-    if not max_groups or max_groups >= n:
-        return list(range(n))
-    return sorted(random.Random(f"sago-subset:{seed}:{vs.name}").sample(range(n), max_groups))
+    on the seed, the set's name and its size (:func:`~sago_train.data.groups.subset_indices`), so it is the same
+    at every evaluation and after a resume."""
+    return subset_indices(len(vs), max_groups, seed, vs.name)
+
+
+def encode_within(variants: list[Any], encode: Callable[[Any], list[int]], budget: int) -> list[list[int]] | int:
+    """Each variant's prompt tokens, encoded one at a time, or, at the first one longer than ``budget`` tokens,
+    its length: the group is skipped, so the variants after it are never tokenized (1024 variants of 60,000
+    characters each were tokenized whole before the group was skipped).
+
+    Example:
+        >>> encode_within(["ab", "abcdef", "abc"], list, 4)
+        6
+        >>> encode_within(["ab", "abc"], list, 4)
+        [['a', 'b'], ['a', 'b', 'c']]
+    """
+    out = []
+    for v in variants:
+        ids = encode(v)
+        if len(ids) > budget:
+            return len(ids)
+        out.append(ids)
+    return out
 
 
 def needs_generation(needs: Iterable[str], groups: list[VariantGroup], generation: bool = True) -> bool:
@@ -31,7 +48,13 @@ def needs_generation(needs: Iterable[str], groups: list[VariantGroup], generatio
         return True
     if "logprobs" in needs and any(g.reference is None for g in groups):
         return True  # r falls back to the canonical variant's greedy output
-    return any(g.reference is not None or g.choices is not None for g in groups)  # correctness
+    return has_correctness(groups)
+
+
+def has_correctness(groups: Iterable[VariantGroup]) -> bool:
+    """Whether accuracy is scored on ``groups``: some group has a reference or choices (at a complete
+    evaluation, with generation)."""
+    return any(g.reference is not None or g.choices is not None for g in groups)
 
 
 def axes_computed(axes: list[Axis], groups: list[VariantGroup], generation: bool = True) -> list[Axis]:

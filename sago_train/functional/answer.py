@@ -1,4 +1,4 @@
-"""The answer span and the words correctness compares (SPEC "correctness").
+"""The answer span and the words correctness compares (docs/definitions.md#correctness).
 
 A base model does not stop after its answer: fed "Question: What is the capital of France?\\nAnswer:" it says
 " Paris.\\n\\nQuestion: What is the capital of Spain?\\nAnswer: Madrid". The **answer span** is the output up to

@@ -7,11 +7,14 @@ kind of number, so the same value reads the same everywhere.
   ``p`` in front (``p < 1e-4``, ``p = 0.0170``).
 - a constant axis (every group the same value: the bootstrap CI has zero width) is said once,
   ``constant at 0.000``, and left out of tables and plots.
+- user text (ids, kinds, paths, model names, outputs) on a console: :func:`user_text`, never read as rich markup
+  and with control characters shown as escapes; :func:`printable` for plain lines (errors, logs).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,3 +80,33 @@ def constant_value(summary: Any) -> float | None:
 def constant_line(axis: str, value: float) -> str:
     """The one line that replaces a constant axis' rows, panels and tables."""
     return f"{axis}: constant at {fmt_num(value)} (left out of the tables and plots)"
+
+
+# C0 and C1 controls (ESC starts the sequences that clear a screen or retitle a terminal; OSC 8 makes links),
+# DEL, and the bidirectional overrides that make text read differently from what it is.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: Any) -> str:
+    r"""``text`` with every control character written as its escape (``\x1b``, ``\n``), so user text printed
+    to a terminal or a log is seen as it is and never acts on the terminal.
+
+    Example:
+        >>> printable("id\x1b]0;pwned\x07")
+        'id\\x1b]0;pwned\\x07'
+    """
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def user_text(value: Any) -> str:
+    r"""User text for a rich console (tables, banners, lines): :func:`printable`, with rich markup escaped so that
+    ``[/bold]`` in a kind or ``m[/x]`` in a path prints as written instead of failing the print.
+
+    Example:
+        >>> from rich.text import Text
+        >>> Text.from_markup(user_text("kind [/bold] \x1b[2J")).plain
+        'kind [/bold] \\x1b[2J'
+    """
+    from rich.markup import escape
+
+    return escape(printable(value))

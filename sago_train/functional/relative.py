@@ -1,4 +1,4 @@
-"""Dispersion of variants measured against the dispersion between different groups (SPEC "activation_rel",
+"""Dispersion of variants measured against the dispersion between different groups (docs/definitions.md#activation_rel,
 "Stability loss", mode ``relative``).
 
 Hidden states share a common direction (anisotropy), so a raw within-group dispersion can be lowered by

@@ -1,4 +1,4 @@
-"""Statistics over per-group axis values (see SPEC.md, "Statistics").
+"""Statistics over per-group axis values (docs/definitions.md#statistics).
 
 Pure numpy/scipy: no torch, no I/O. Every function takes per-group values (one float per variant group, NaN where
 an axis is undefined for a group), drops the NaNs and reports in ``n`` how many values it used. Random resampling
@@ -7,8 +7,8 @@ uses ``numpy.random.default_rng(seed)``, so every result is deterministic for a 
 - :func:`bootstrap_ci` -- mean over groups with a percentile-bootstrap CI (:class:`Summary`).
 - :func:`paired_comparison` -- two evaluations on the same groups: mean difference, paired-bootstrap CI and a
   one-sided Wilcoxon signed-rank p-value (:class:`PairedResult`).
-- :func:`paired_verdict` / :func:`decide` -- THE rule for "better/worse" ("more/less stable") between two
-  evaluations, used by report, compare, the training callback and early stopping (:class:`Verdict`).
+- The rule for "better/worse" ("more/less stable") built on :func:`paired_comparison` is
+  :mod:`sago_train.functional.verdict_rule`.
 - :func:`kind_effect` -- per-kind means and a Friedman test across groups (:class:`KindEffect`).
 - :func:`axis_correlation` -- Spearman correlation matrix of the axes (:class:`Correlation`).
 - :func:`rank_reversal` -- rankings per set, Kendall's tau between sets, order flips (:class:`RankReversal`).
@@ -35,13 +35,8 @@ __all__ = [
     "WORSE",
     "Summary",
     "PairedResult",
-    "Verdict",
     "bootstrap_ci",
-    "decide",
-    "min_groups",
     "paired_comparison",
-    "paired_verdict",
-    "paired_verdict_by_id",
     "to_jsonable",
 ]
 
@@ -51,6 +46,7 @@ ALPHA = 0.05
 BETTER, WORSE = "better", "worse"
 NO_DIFFERENCE = "no significant difference"
 NOT_ENOUGH = "not enough groups"
+NOT_WORSE = "not significantly worse"
 
 _ALTERNATIVES = ("greater", "less", "two-sided")
 # Upper bound on the number of resampled indices held in memory at once (rows of the bootstrap are drawn in chunks).
@@ -309,160 +305,3 @@ def paired_comparison(
     else:
         p = float(_quiet(_st.wilcoxon, d, alternative=alternative).pvalue)
     return PairedResult(summary.mean, summary.ci_low, summary.ci_high, p, summary.n, alternative)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The verdict: one rule for "better / worse" (more / less stable)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def min_groups(alpha: float = ALPHA) -> int:
-    """The fewest pairs with which a one-sided Wilcoxon signed-rank test can reach ``p < alpha``: with n pairs the
-    smallest exact p is ``2**-n`` (every difference on one side), so fewer pairs can never show a difference.
-
-    Example:
-        >>> min_groups(0.05), min_groups(0.01)
-        (5, 7)
-    """
-    n = 1
-    while 0.5**n >= alpha:
-        n += 1
-    return n
-
-
-@dataclass(frozen=True)
-class Verdict(_JsonMixin):
-    """The paired comparison of ``after`` against ``before`` and what may be said about it (see :func:`decide`).
-
-    ``mean_diff`` = mean of ``after - before`` in the axis' own units with its ``1 - alpha`` paired-bootstrap CI;
-    ``p_worse`` / ``p_better`` are the one-sided Wilcoxon signed-rank p-values that ``after`` is worse / better
-    (the direction from ``higher_is_better``); ``n`` = pairs used.
-    """
-
-    verdict: str
-    mean_diff: float
-    ci_low: float
-    ci_high: float
-    p_worse: float
-    p_better: float
-    n: int
-    alpha: float
-    min_delta: float
-    higher_is_better: bool
-
-    @property
-    def significant(self) -> bool:
-        """``verdict`` is ``"better"`` or ``"worse"``."""
-        return self.verdict in (BETTER, WORSE)
-
-    def words(self, better: str = "more stable", worse: str = "less stable") -> str:
-        """The verdict in words: ``better`` / ``worse`` for a significant change, else the verdict itself (with
-        the number of groups needed when there were too few)."""
-        if self.verdict == BETTER:
-            return better
-        if self.verdict == WORSE:
-            return worse
-        if self.verdict == NOT_ENOUGH:
-            return f"{NOT_ENOUGH} ({self.n}; a paired test at alpha {self.alpha:g} needs >= {min_groups(self.alpha)})"
-        return self.verdict
-
-
-def decide(mean_diff: float, ci_low: float, ci_high: float, p_worse: float, p_better: float, n: int, *,
-           higher_is_better: bool = False, alpha: float = ALPHA, min_delta: float = 0.0) -> str:
-    """THE rule, from the numbers of a paired comparison (``after - before``; see :func:`paired_verdict`).
-
-    - ``"not enough groups"`` when ``n < min_groups(alpha)``: no paired test could reach ``alpha``;
-    - ``"worse"`` when ``p_worse < alpha`` AND the CI excludes 0 on the worse side AND the change in the worse
-      direction is at least ``min_delta``; ``"better"`` likewise on the other side;
-    - else ``"no significant difference"`` (a NaN p-value or bound never counts as significant).
-
-    Both conditions, because each can pass alone: the rank test can reject while one large opposite difference
-    keeps the mean's CI around 0, and a CI can exclude 0 by a resampling fluke. The CI is the one displayed beside
-    the verdict (two-sided, ``1 - alpha``), so a verdict never sits beside an interval that spans 0; it also
-    makes one rule serve a direction chosen in advance (early stopping asks "worse?") and an undirected
-    comparison (report, compare), which therefore never disagree on the same numbers.
-
-    Example:
-        >>> decide(0.005, -0.11, 0.07, 0.017, 0.98, 12)  # Wilcoxon alone would say "worse"
-        'no significant difference'
-        >>> decide(0.1, 0.05, 0.15, 0.001, 0.999, 12), decide(0.1, 0.05, 0.15, 0.001, 0.999, 4)
-        ('worse', 'not enough groups')
-    """
-    if n < min_groups(alpha):
-        return NOT_ENOUGH
-    sign = -1.0 if higher_is_better else 1.0  # sign * difference > 0 means worse
-    worse_side = ci_low > 0 if sign > 0 else ci_high < 0
-    better_side = ci_high < 0 if sign > 0 else ci_low > 0
-    if p_worse < alpha and worse_side and sign * mean_diff >= min_delta:
-        return WORSE
-    if p_better < alpha and better_side and -sign * mean_diff >= min_delta:
-        return BETTER
-    return NO_DIFFERENCE
-
-
-def paired_verdict_by_id(
-    before: Mapping[str, float],
-    after: Mapping[str, float],
-    *,
-    ids: Sequence[str] | None = None,
-    higher_is_better: bool = False,
-    alpha: float = ALPHA,
-    min_delta: float = 0.0,
-    seed: int = 0,
-) -> Verdict | None:
-    """:func:`paired_verdict` of two ``{group id: value}`` maps on the ids both have (only ``ids`` when given,
-    in ``after``'s order); None when they share no id.
-
-    Example:
-        >>> paired_verdict_by_id({"a": 0.1, "b": 0.2}, {"c": 0.3}) is None
-        True
-    """
-    allowed = None if ids is None else set(ids)
-    common = [g for g in after if g in before and (allowed is None or g in allowed)]
-    if not common:
-        return None
-    return paired_verdict(np.array([before[g] for g in common], float), np.array([after[g] for g in common], float),
-                          higher_is_better=higher_is_better, alpha=alpha, min_delta=min_delta, seed=seed)
-
-
-def paired_verdict(
-    before: Sequence[float] | np.ndarray,
-    after: Sequence[float] | np.ndarray,
-    *,
-    higher_is_better: bool = False,
-    alpha: float = ALPHA,
-    min_delta: float = 0.0,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> Verdict:
-    """Compare ``after`` with ``before`` on the same groups (index i of both = the same group; pairs with a NaN
-    are dropped) and apply :func:`decide`. The direction comes from the caller (the axis registry's
-    ``higher_is_better``: instabilities are lower-is-better, so "better" = "more stable").
-
-    Raises:
-        ValueError: the inputs differ in length, ``alpha`` is not in (0, 1), or ``min_delta`` is negative.
-
-    Example:
-        >>> v = paired_verdict([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.3, 0.5, 0.4, 0.6, 0.7, 0.8])
-        >>> v.verdict, v.words(), round(v.p_worse, 6)
-        ('worse', 'less stable', 0.015625)
-    """
-    if not (0.0 < float(alpha) < 1.0):
-        raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
-    if not (math.isfinite(float(min_delta)) and min_delta >= 0):
-        raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
-    worse_alt, better_alt = ("less", "greater") if higher_is_better else ("greater", "less")
-    res = paired_comparison(before, after, alternative=worse_alt, n_resamples=n_resamples,
-                            confidence=1.0 - float(alpha), seed=seed)
-    if res.n == 0:
-        p_better = _NAN
-    elif res.p_value == 1.0 and res.ci_low == res.ci_high == 0.0:
-        p_better = 1.0  # every difference is 0
-    else:
-        a, b = _as_1d(after, "after"), _as_1d(before, "before")
-        d = (a - b)[~(np.isnan(a) | np.isnan(b))]
-        p_better = float(_quiet(_st.wilcoxon, d, alternative=better_alt).pvalue)
-    verdict = decide(res.mean_diff, res.ci_low, res.ci_high, res.p_value, p_better, res.n,
-                     higher_is_better=higher_is_better, alpha=alpha, min_delta=min_delta)
-    return Verdict(verdict, res.mean_diff, res.ci_low, res.ci_high, res.p_value, p_better, res.n, float(alpha),
-                   float(min_delta), bool(higher_is_better))

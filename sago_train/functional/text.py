@@ -10,7 +10,7 @@ _WS = re.compile(r"\s+")
 
 
 def normalize(text: str) -> str:
-    """SPEC normalize: lowercase, drop Unicode punctuation, collapse whitespace, strip.
+    """Normalize (docs/definitions.md#correctness): lowercase, drop Unicode punctuation, collapse whitespace, strip.
 
     Example:
         >>> normalize("  Hello,   World!! ")

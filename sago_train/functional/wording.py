@@ -6,12 +6,17 @@ consistently wrong is perfectly stable)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .axes.registry import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
 from .stats import BETTER, NO_DIFFERENCE, NOT_ENOUGH, WORSE
 
 ACCURACY_QUANTITIES = frozenset({ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND})
 COLLAPSE = "lower, but so is the between-group dispersion: a collapse, not stability"
 CONSISTENTLY_WRONG = "more stable but less accurate: consistently wrong?"
+#: What a warning that accuracy fell asks of the reader (the training log, ``report``).
+READ_BESIDE = ("the model may be forgetting what it knew; read every stability number of this set beside it (a "
+               "consistently wrong model is perfectly stable)")
 
 
 def change_words(quantity: str, verdict: str, *, collapse: bool = False, less_accurate: bool = False) -> str:
@@ -39,3 +44,18 @@ def change_words(quantity: str, verdict: str, *, collapse: bool = False, less_ac
     if collapse and quantity == "activation":
         return COLLAPSE
     return CONSISTENTLY_WRONG if less_accurate else "more stable"
+
+
+def set_context(verdicts: Mapping[str, str | None]) -> dict[str, bool]:
+    """What the words of one set's verdicts depend on, from its verdicts by quantity (``{quantity: verdict}``):
+    ``collapse`` (its between-group dispersion fell significantly) and ``less_accurate`` (its accuracy fell
+    significantly), the keyword arguments of :func:`change_words`. The one reading of both, for the training
+    log, ``report`` and ``compare``.
+
+    Example:
+        >>> set_context({"accuracy": "worse", "generation": "better"})
+        {'collapse': False, 'less_accurate': True}
+        >>> change_words("generation", "better", **set_context({"accuracy": "worse"}))
+        'more stable but less accurate: consistently wrong?'
+    """
+    return {"collapse": verdicts.get(BETWEEN) == BETTER, "less_accurate": verdicts.get(ACCURACY) == WORSE}

@@ -28,16 +28,19 @@ from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError
 from ..eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
-from ..functional.axes import INSTABILITY
+from ..eval.plan import has_correctness
+from ..functional.axes import ACCURACY, INSTABILITY
+from ..io import set_aside
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
 from .early_stopping import check_target
+from .fingerprint import FINGERPRINT_KEY, changed_sets, set_fingerprints
 from .keys import fill_missing, trainer_key
 from .measure import check_can_evaluate, ensure_console, find_tokenizer, run_evaluator
 from .monitor import MonitorState
 from .options import MonitorOptions, options_from_kwargs
 from .reporters import guard_reporters, report, run_summary_lines
-from .schedule import Schedule
+from .schedule import Schedule, needs_complete
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +83,8 @@ class SAGOCallback(TrainerCallback):
         if config.max_groups is None:  # the in-training default: every evaluation costs training time
             config = dataclasses.replace(config, max_groups=IN_TRAINING_MAX_GROUPS)
         self.config = config
+        # Recorded in every history line: a resume on an edited set (or other settings) is refused, see _resumable.
+        self.fingerprints = set_fingerprints(self.sets, config)
         self.tokenizer = tokenizer
         self.soft_failures = soft_failures
         self.trainer: Any | None = None
@@ -147,24 +152,67 @@ class SAGOCallback(TrainerCallback):
         self.monitor = MonitorState(Path(args.output_dir) / SAGO_DIR)
         self.monitor.claim(resumed=resumed, overwrite=self.options.overwrite)
         self.monitor.load(state.global_step if resumed else None, write=main)
+        new_baseline = resumed and self._new_baseline_needed(self.monitor, main)
         self._done = {step: {} for step in self.monitor.steps()}
-        self._check_listeners()
+        self._check_listeners(args, state)
         if main:
             ensure_console(logging.INFO)
-        if self.options.baseline and state.global_step not in self._done and not resumed:
+        if self.options.baseline and state.global_step not in self._done and (not resumed or new_baseline):
             self._evaluate(args, state, control, kwargs, complete=True)
+
+    def check_resume(self, history: list[dict[str, Any]], path: Path) -> tuple[str, int] | None:
+        """The first monitored set whose fingerprint differs from the one ``history`` (the lines a resume keeps,
+        read from ``path``) recorded, as ``(set, step)``, else None. Without ``new_baseline`` that is refused:
+        the new evaluations would be paired by id with a baseline of other prompts (a fake change). Called at
+        train start, and by ``sago-train run --resume`` before the model loads."""
+        changed = changed_sets(history, self.fingerprints)
+        if not changed:
+            return None
+        name, step = next(iter(changed.items()))
+        if not self.options.new_baseline:
+            raise SagoInputError(
+                f"cannot resume: the monitored set '{name}' (its groups or the settings that change its numbers) "
+                f"is not what {path} measured at step {step}; new evaluations would be compared with a baseline "
+                "of other prompts", hint="restore the set and settings, or start a new baseline "
+                "(sago-train run --resume --new-baseline, SAGOCallback(new_baseline=True)); the old history is kept")
+        return name, step
+
+    def _new_baseline_needed(self, monitor: MonitorState, main: bool) -> bool:
+        """After a resume: :meth:`check_resume`; with ``new_baseline`` the old history is set aside whole and the
+        resumed run starts a new one, its baseline measured now. Every rank reads the same history, so every
+        rank decides the same."""
+        try:
+            changed = self.check_resume(monitor.history, monitor.history_path)
+        except SagoInputError:
+            monitor.release()
+            raise
+        if changed is None:
+            return False
+        if main:
+            aside = set_aside(monitor.history_path)
+            logger.warning("sago: set '%s' changed since step %d: new baseline; the previous history was moved to "
+                           "%s", *changed, aside)
+        monitor.load(None)
+        return True
 
     def _find_tokenizer(self, kwargs: dict[str, Any]) -> tuple[Any, str]:
         return find_tokenizer(self.tokenizer, kwargs, self.trainer)
 
-    def _check_listeners(self) -> None:
-        """Early stopping must watch a monitored set and a computed quantity: fail before training, not later."""
+    def _check_listeners(self, args: TrainingArguments, state: TrainerState) -> None:
+        """Early stopping must watch a monitored set and a computed quantity, and reach its per-look level with
+        the groups evaluated: fail before training, not later. Each listener learns the evaluations planned."""
         for listener in self._listeners:
-            check_target(getattr(listener, "set_name", None), getattr(listener, "axis", None), self.sets,
-                         [*self.config.axes, INSTABILITY])
-            if hasattr(listener, "warn_if_too_few_groups") and listener.set_name in self.sets:
-                size, cap = len(self.sets[listener.set_name]), self.config.max_groups
-                listener.warn_if_too_few_groups(min(size, cap) if cap else size)
+            set_name = getattr(listener, "set_name", None)
+            vs = self.sets.get(set_name) if set_name is not None else None
+            correctness = vs is not None and has_correctness(vs.groups)
+            check_target(set_name, getattr(listener, "axis", None), self.sets,
+                         [*self.config.axes, INSTABILITY, *([ACCURACY] if correctness else [])])
+            if hasattr(listener, "plan") and vs is not None:
+                cap = self.config.max_groups
+                key = trainer_key(getattr(listener, "metric", None))
+                needs = needs_complete(key, self.sets, self.config)
+                steps = self.schedule.planned_steps(args, state, done=len(self._done), complete_only=needs)
+                listener.plan(min(len(vs), cap) if cap else len(vs), steps)
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
@@ -263,7 +311,8 @@ class SAGOCallback(TrainerCallback):
         self.monitor.observe(ev)
         # 3. record
         if main:
-            line = ev.to_history_line(baseline=baseline, compare=changes, runtime_s=seconds)
+            line = ev.to_history_line(baseline=baseline, compare=changes, runtime_s=seconds,
+                                      **{FINGERPRINT_KEY: {n: self.fingerprints[n] for n in ev.sets}})
             try:
                 self.monitor.record(ev, line)
             except OSError as err:

@@ -1,10 +1,11 @@
-"""``SAGOEarlyStoppingCallback``: stop training when stability regresses significantly."""
+"""``SAGOEarlyStoppingCallback``: stop training when the watched quantity regresses significantly, with the run's
+false-stop rate held at ``alpha`` (docs/early-stopping.md)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,11 +13,12 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError, did_you_mean, short_repr
-from ..functional import stats
+from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
+from ..functional.sequential import look_level, unreachable_look
 from ..results.evaluation import Evaluation
 from .keys import parse_metric, parse_metric_or_none
-from .monitor import axis_verdict, is_improvement, is_untrained
+from .monitor import is_improvement, is_untrained
 from .options import EarlyStoppingOptions
 
 logger = logging.getLogger(__name__)
@@ -35,30 +37,41 @@ def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], ax
 
 
 class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
-    """Stop when ``metric`` is worse than the best evaluation so far for ``patience`` evaluations in a row.
+    """Stop training when ``metric`` has become significantly worse than a reference fixed in advance, with the
+    run-level false-stop rate (the chance that a run without any trend is stopped) at most ``alpha``; the manual's
+    page docs/early-stopping.md has the rule in full and its measured false-stop rate and power.
 
-    In ``paired`` mode (default) an evaluation counts as worse only by the one verdict rule that report, compare
-    and the callback's ``_vs_best`` use (:func:`sago_train.functional.stats.decide`): on the per-group values
-    (current vs the best evaluation, paired by group id) the one-sided Wilcoxon signed-rank test gives
-    ``p < alpha`` *and* the ``1 - alpha`` paired-bootstrap CI of the mean change excludes 0 on the worse side
-    *and* the change is at least ``min_delta``: noise does not stop training. Too few shared groups for the test
-    is recorded as ``"not enough groups"`` (and warned once), never as "not worse". ``threshold`` mode only
-    compares means (``current > best + min_delta``), like transformers' ``EarlyStoppingCallback``.
+    ``paired`` mode (default) answers "are the latest evaluations worse than the first ones?": the *reference*
+    is the per-group mean of the first ``patience`` evaluations (from ``reference_step``; the step-0 baseline
+    only with ``exclude_baseline=False``), the *window* that of the latest ``patience``. Each evaluation from the
+    one that fills the window is a *look*: the window against the reference, paired by group id, by the one
+    verdict rule (:func:`sago_train.functional.verdict_rule.decide`) at the look's level; training stops at the first
+    look that is worse. The level is ``alpha / L`` for the ``L`` looks the run plans (:meth:`plan`, called by the
+    :class:`SAGOCallback` at train start), so by the union bound a trendless run is stopped with a probability
+    of at most ``alpha`` however many evaluations it has; a look past the plan cannot stop; without a plan the
+    levels of :func:`sago_train.functional.sequential.look_level` sum to ``alpha`` over any number of looks. It
+    does *not* answer "worse than the best so far": testing each evaluation against the best at level ``alpha``
+    stopped 11-42% of trendless runs (the best is the luckiest draw). A level the groups cannot reach (a one-sided
+    Wilcoxon p on n groups is at least ``2**-n``) is refused at train start, with the number of groups needed.
 
-    "Best" is the best mean, as the Trainer's ``metric_for_best_model`` picks it. With ``exclude_baseline``
-    (default) the step-0 evaluation (the baseline, before any training step) is never the best: the Trainer keeps
-    no checkpoint of it, so a "best" there could not be gone back to and would disagree with the Trainer's best
-    checkpoint. With ``load_best_model_at_end=True`` and ``metric_for_best_model`` naming this ``metric``, the
-    best *is* the Trainer's (``state.best_global_step``, confirmed when the Trainer saves), so an evaluation the
-    Trainer did not checkpoint (e.g. a SAGO-only final evaluation) never becomes it. It works with a
-    :class:`SAGOCallback` in the same Trainer, and its state survives checkpoint and resume. Watching an axis
-    that needs generation (or ``instability``) with ``SAGOCallback(generation_every=N)``, N > 1: only the
-    evaluations that compute it count, so ``patience`` counts those.
+    ``threshold`` mode compares means only (worse than the best so far by more than ``min_delta`` for
+    ``patience`` evaluations in a row), like transformers' ``EarlyStoppingCallback``: it has **no error control**
+    (noise alone stops it) and says so once in the log.
+
+    Either way the best evaluation so far is kept (``best_step``, ``best_mean``; never the step-0 baseline with
+    ``exclude_baseline``, which has no checkpoint; with ``load_best_model_at_end=True`` and
+    ``metric_for_best_model`` naming this ``metric``, the Trainer's best checkpoint). ``sago/<set>/accuracy``
+    (higher is better, from the axis registry) is watched like an axis: a second instance in ``callbacks=[...]``
+    guards against forgetting. Only evaluations that have the watched quantity count (``generation_every``).
+    The state survives checkpoint and resume.
 
     Example:
         >>> stopper = SAGOEarlyStoppingCallback("sago/paraphrase/activation", patience=2, alpha=0.05)
         >>> stopper.set_name, stopper.axis
         ('paraphrase', 'activation')
+        >>> stopper.plan(64, steps=list(range(0, 1001, 100)))  # baseline + 10: looks at the 4th to the 10th
+        >>> stopper.looks, round(stopper.level(1), 6)
+        (7, 0.007143)
     """
 
     def __init__(
@@ -69,8 +82,9 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         min_delta: float = EarlyStoppingOptions.min_delta,
         mode: str = EarlyStoppingOptions.mode,
         exclude_baseline: bool = EarlyStoppingOptions.exclude_baseline,
+        reference_step: int = EarlyStoppingOptions.reference_step,
     ) -> None:
-        EarlyStoppingOptions(metric, patience, alpha, min_delta, mode, exclude_baseline)  # validates each value
+        EarlyStoppingOptions(metric, patience, alpha, min_delta, mode, exclude_baseline, reference_step)  # validates
         self.metric = metric
         self.set_name, self.axis = parse_metric(metric)
         self.patience = patience
@@ -78,6 +92,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.min_delta = float(min_delta)
         self.mode = mode
         self.exclude_baseline = exclude_baseline
+        self.reference_step = reference_step
         # State (JSON-serializable so that it is saved with checkpoints).
         self.best_step: int | None = None
         self.best_mean: float | None = None
@@ -86,12 +101,17 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until the
         # Trainer confirms it as its best (or a later evaluation replaces it).
         self.candidate: dict[str, Any] | None = None
-        self.counter = 0
+        self.counter = 0  # threshold mode: worse evaluations in a row
+        # paired mode: the first `patience` evaluations and the latest `patience`, each {"step", "values": {id: v}}
+        self.reference: list[dict[str, Any]] = []
+        self.window: list[dict[str, Any]] = []
+        self.looks: int | None = None  # the looks the run plans (None: no plan, the spending sequence)
+        self.looks_done = 0
         self.stopped_step: int | None = None
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
         self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
-        self._warned_few = False
+        self._warned: set[str] = set()
 
     @classmethod
     def from_args(cls, args: Any) -> SAGOEarlyStoppingCallback:
@@ -100,33 +120,21 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         return cls(**args.early_stopping_kwargs())
 
     def state(self) -> dict[str, Any]:
+        names = ("best_step", "best_mean", "best_ids", "best_values", "candidate", "counter", "reference", "window",
+                 "looks", "looks_done", "stopped_step", "reason", "decisions")
         return {
-            "args": {
-                "metric": self.metric,
-                "patience": self.patience,
-                "alpha": self.alpha,
-                "min_delta": self.min_delta,
-                "mode": self.mode,
-                "exclude_baseline": self.exclude_baseline,
-            },
-            "attributes": {
-                "best_step": self.best_step,
-                "best_mean": self.best_mean,
-                "best_ids": self.best_ids,
-                "best_values": self.best_values,
-                "candidate": self.candidate,
-                "counter": self.counter,
-                "stopped_step": self.stopped_step,
-                "reason": self.reason,
-                "decisions": self.decisions,
-            },
+            "args": {"metric": self.metric, "patience": self.patience, "alpha": self.alpha,
+                     "min_delta": self.min_delta, "mode": self.mode, "exclude_baseline": self.exclude_baseline,
+                     "reference_step": self.reference_step},
+            "attributes": {name: getattr(self, name) for name in names},
         }
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         """On resume, restore the state saved in the checkpoint even when the Trainer's
         ``restore_callback_states_from_checkpoint`` is off (its default). A state saved by an earlier version
-        (without ``candidate``) restores too: the missing attributes keep their defaults."""
+        restores too: the missing attributes keep their defaults."""
         self._check_trainer_direction(args)
+        self._warn_threshold()
         if state.global_step == 0 or not isinstance(state.stateful_callbacks, dict):
             return
         saved = state.stateful_callbacks.get(type(self).__name__)
@@ -134,7 +142,8 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             if isinstance(item, dict) and item.get("args", {}).get("metric") == self.metric:
                 for key, value in item.get("attributes", {}).items():
                     setattr(self, key, value)
-                logger.info("sago early stopping: restored state from the checkpoint (counter %d)", self.counter)
+                logger.info("sago early stopping: restored state from the checkpoint (%d look(s) done)",
+                            self.looks_done)
                 return
 
     def connect(self, source: Any) -> None:
@@ -146,6 +155,59 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         if trainer is not None and getattr(trainer, "args", None) is not None:
             self._check_trainer_direction(trainer.args)
 
+    # ------------------------------------------------------------------ the plan (train start)
+    def counts(self, step: int) -> bool:
+        """Whether an evaluation at ``step`` takes part in the paired rule (reference or window)."""
+        return step >= self.reference_step and not (self.exclude_baseline and is_untrained(step))
+
+    def plan(self, n_groups: int | None, steps: Sequence[int] | None) -> None:
+        """At train start, before any evaluation (the :class:`SAGOCallback` calls it with the steps of the
+        evaluations it plans that will have the watched quantity, None when it cannot say): fix the number of
+        looks, hence each look's level, and refuse a level that ``n_groups`` can never reach. Kept once a look
+        has spent part of alpha (a resumed run goes on with its plan)."""
+        if self.mode != "paired":
+            self._warn_threshold()
+            return
+        if self.looks_done == 0:
+            if steps is None:
+                self.looks = None
+            else:
+                future = sum(1 for s in steps if self.counts(int(s)))
+                before_first = (self.patience - len(self.reference)) + max(0, self.patience - len(self.window))
+                self.looks = max(0, future - max(1, before_first) + 1)
+        if self.looks == 0:
+            self._warn_once("no look", "sago early stopping: %s: the run plans too few evaluations for patience %d "
+                            "(the reference and the window need %d), so it can never stop training; lower patience "
+                            "or evaluate more often (eval_steps)", self.metric, self.patience, 2 * self.patience)
+            return
+        if self.looks is None:
+            logger.info("sago early stopping: %s: the number of evaluations is not planned (automatic cadence), so "
+                        "look k is tested at alpha * 10 / ((k + 9)(k + 10)) (%.2g at the first, ever smaller "
+                        "later; their sum is alpha): a fixed eval_steps with max_steps gives every look alpha / "
+                        "looks", self.metric, self.level(1))
+        if n_groups is None:
+            return
+        bad = unreachable_look(self.alpha, self.looks, n_groups)
+        if bad == 1:
+            level = self.level(1)
+            raise SagoInputError(
+                f"early stopping on {self.metric} tests its first look at level {level:.3g} (alpha {self.alpha:g} "
+                f"over {self.looks or 'an unplanned number of'} look(s)), which a one-sided Wilcoxon test on "
+                f"{n_groups} group(s) can never reach (its smallest p is 2^-{n_groups}); it needs >= "
+                f"{verdict_rule.min_groups(level)} groups", key="max_groups",
+                hint="evaluate more groups (max_groups, or a larger set), plan fewer evaluations (a larger "
+                     "eval_steps), or raise alpha")
+        if bad is not None and bad < 1000:
+            self._warn_once("late looks", "sago early stopping: %s: with %d group(s), the levels of an "
+                            "unplanned cadence (ever stricter) can never be reached from look %d on, so those looks "
+                            "cannot stop training; evaluate more groups or set eval_steps", self.metric, n_groups, bad)
+
+    def level(self, look: int) -> float:
+        """The significance level of look ``look`` (1-based), from the plan: see
+        :func:`~sago_train.functional.sequential.look_level`."""
+        return look_level(self.alpha, look, self.looks)
+
+    # ------------------------------------------------------------------ the Trainer's best
     def follows_trainer(self, args: TrainingArguments) -> bool:
         """Whether "best" is the Trainer's best checkpoint: ``load_best_model_at_end`` with
         ``metric_for_best_model`` naming this metric (with or without the ``eval_`` prefix)."""
@@ -197,11 +259,11 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                      "or call sago_callback.add_listener(early_stopping)",
             )
 
+    # ------------------------------------------------------------------ one evaluation
     def on_sago_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
                          result: Any, evaluation: Evaluation, **kwargs: Any) -> None:
         """Called by :class:`SAGOCallback` after each evaluation. An evaluation without the watched quantity (one
-        without generation, see ``SAGOCallback(generation_every=...)``) does not count: no decision, the
-        counter unchanged."""
+        without generation, see ``SAGOCallback(generation_every=...)``) does not count: no decision."""
         watched = evaluation.sets.get(self.set_name)
         if watched is not None and self.axis not in watched.quantities and watched.skipped_axes:
             return
@@ -213,71 +275,125 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         mean = float(np.nanmean(current)) if np.isfinite(current).any() else math.nan
         if not math.isfinite(mean):
             return
+        step = int(state.global_step)
         follow = self.follows_trainer(args)
         if follow:
             self._sync_with_trainer(state)
-        decision: dict[str, Any] = {"step": state.global_step, "mean": mean}
-        if self.exclude_baseline and is_untrained(state.global_step):
-            decision["verdict"] = "baseline (never the best: no checkpoint)"
-        elif is_improvement(self.axis, mean, self.best_mean):
-            snapshot = {"step": state.global_step, "mean": mean, "ids": list(ids),
-                        "values": [float(x) for x in current]}
-            if follow:
-                self.candidate = snapshot
-                decision["verdict"] = "improved (the best once the Trainer checkpoints it)"
-            else:
-                self.best_step, self.best_mean = state.global_step, mean
-                self.best_ids, self.best_values = snapshot["ids"], snapshot["values"]
-                decision["verdict"] = "best"
-            self.counter = 0
+        decision: dict[str, Any] = {"step": step, "mean": mean}
+        if self.exclude_baseline and is_untrained(step):
+            decision["verdict"] = "baseline (never the best: no checkpoint; not in the reference)"
+            self.decisions.append(decision)
+            return
+        improved = self._track_best(step, ids, current, mean, follow)
+        if self.mode == "threshold":
+            self._warn_threshold()
+            stop = self._threshold_look(decision, improved, mean)
         else:
-            worse, detail = self._is_worse(ids, current, mean)
-            decision.update(detail)
-            if worse:
-                self.counter += 1
-                decision["verdict"] = f"worse ({self.counter}/{self.patience})"
-            else:
-                self.counter = 0
-                decision["verdict"] = detail.get("rule") or "not significantly worse"
+            stop = self._paired_look(decision, step, dict(zip(ids, (float(x) for x in current))))
         self.decisions.append(decision)
-        if self.counter >= self.patience:
-            self.stopped_step = state.global_step
-            self.reason = (
-                f"{self.metric} was worse than the best evaluation (step {self.best_step}, mean "
-                f"{self.best_mean:.4f}) for {self.counter} evaluations in a row "
-                f"({self.mode} test, alpha={self.alpha}, min_delta={self.min_delta}); now {mean:.4f}"
-            )
-            logger.warning("sago early stopping at step %d: %s", state.global_step, self.reason)
+        if stop:
+            self.stopped_step = step
+            logger.warning("sago early stopping at step %d: %s", step, self.reason)
             control.should_training_stop = True
 
-    def warn_if_too_few_groups(self, n_groups: int) -> None:
-        """Warn before training (once) when ``n_groups`` per evaluation can never reach a paired verdict:
-        otherwise the warning comes at the first comparison, possibly at the end of training."""
-        if self.mode != "paired" or self._warned_few or n_groups >= stats.min_groups(self.alpha):
-            return
-        self._warned_few = True
-        logger.warning("sago early stopping: %s will be evaluated on %d group(s) per evaluation, and a paired "
-                       "test at alpha %g needs >= %d, so it can never be called worse; evaluate more groups "
-                       "(max_groups)", self.metric, n_groups, self.alpha, stats.min_groups(self.alpha))
+    def _track_best(self, step: int, ids: list[str], current: np.ndarray, mean: float, follow: bool) -> str | None:
+        """Keep the best evaluation so far; returns the word for an improvement, else None."""
+        if not is_improvement(self.axis, mean, self.best_mean):
+            return None
+        snapshot = {"step": step, "mean": mean, "ids": list(ids), "values": [float(x) for x in current]}
+        if follow:
+            self.candidate = snapshot
+            return "improved (the best once the Trainer checkpoints it)"
+        self.best_step, self.best_mean = step, mean
+        self.best_ids, self.best_values = snapshot["ids"], snapshot["values"]
+        return "best"
 
-    def _is_worse(self, ids: list[str], current: np.ndarray, mean: float) -> tuple[bool, dict[str, Any]]:
-        if self.best_mean is None:
-            return False, {}
-        # Signed so that positive is worse, whichever direction the axis has (the registry says).
-        sign = -1.0 if higher_is_better(self.axis) else 1.0
-        delta = sign * (mean - self.best_mean)
-        if self.mode == "threshold":
-            return delta > self.min_delta, {"delta": delta}
-        res = axis_verdict(self.axis, dict(zip(self.best_ids, self.best_values)), dict(zip(ids, current)),
-                             alpha=self.alpha, min_delta=self.min_delta)
-        if res is None:
-            return False, {"delta": delta, "rule": stats.NOT_ENOUGH}
-        detail = {"delta": float(sign * res.mean_diff), "p_value": float(res.p_worse), "ci_low": res.ci_low,
-                  "ci_high": res.ci_high, "n": res.n}
+    def _paired_look(self, decision: dict[str, Any], step: int, values: dict[str, float]) -> bool:
+        """Add the evaluation to the reference or the window; at a look, test the window against the reference."""
+        p = self.patience
+        if not self.counts(step):
+            decision["verdict"] = f"before the reference step ({self.reference_step})"
+            return False
+        entry = {"step": step, "values": values}
+        if len(self.reference) < p:
+            self.reference.append(entry)
+            decision["verdict"] = f"reference ({len(self.reference)}/{p})"
+            return False
+        self.window = [*self.window, entry][-p:]
+        if len(self.window) < p:
+            decision["verdict"] = f"window ({len(self.window)}/{p})"
+            return False
+        self.looks_done += 1
+        level = self.level(self.looks_done)
+        decision.update({"look": self.looks_done, "looks": self.looks, "level": level})
+        if level <= 0.0:
+            decision["verdict"] = "past the planned looks (cannot stop)"
+            self._warn_once("past plan", "sago early stopping: %s: evaluation at step %d is past the %d look(s) the "
+                            "run planned, which spent alpha: it cannot stop training", self.metric, step, self.looks)
+            return False
+        ref, cur = _group_means(self.reference), _group_means(self.window)
+        common = [g for g in cur if g in ref]
+        hib = higher_is_better(self.axis)
+        res = verdict_rule.worse_verdict([ref[g] for g in common], [cur[g] for g in common], higher_is_better=hib,
+                                  alpha=level, min_delta=self.min_delta)
+        sign = -1.0 if hib else 1.0
+        decision.update(stats.to_jsonable({"delta": sign * res.mean_diff, "p_value": res.p_worse,
+                                           "ci_low": res.ci_low, "ci_high": res.ci_high, "n": res.n}))
+        decision["verdict"] = "worse" if res.verdict == stats.WORSE else res.words()
         if res.verdict == stats.NOT_ENOUGH:
-            detail["rule"] = res.words()
-            if not self._warned_few:
-                self._warned_few = True
-                logger.warning("sago early stopping: %s shares %s with the best evaluation, so it can never be "
-                               "called worse; evaluate more groups (max_groups)", self.metric, res.words())
-        return res.verdict == stats.WORSE, stats.to_jsonable(detail)
+            self._warn_once("few", "sago early stopping: %s shares %s with the reference, so it can never be called "
+                            "worse; evaluate more groups (max_groups)", self.metric, res.words())
+        if res.verdict != stats.WORSE:
+            return False
+        steps = [e["step"] for e in self.window], [e["step"] for e in self.reference]
+        self.reason = (
+            f"{self.metric}: the mean of the last {p} evaluation(s) (steps {_span(steps[0])}) is worse than the "
+            f"reference, the first {p} (steps {_span(steps[1])}), by {decision['delta']:.4g} over {res.n} groups: "
+            f"one-sided Wilcoxon p = {res.p_worse:.3g} below the look's level {level:.3g}, and the CI at that level "
+            f"clear of 0 (look "
+            f"{self.looks_done} of {self.looks or 'an unplanned number'}; run-level false-stop rate <= "
+            f"{self.alpha:g}; min_delta={self.min_delta:g})")
+        return True
+
+    def _threshold_look(self, decision: dict[str, Any], improved: str | None, mean: float) -> bool:
+        """Means only, against the best so far, ``patience`` worse evaluations in a row (no error control)."""
+        if improved is not None:
+            self.counter = 0
+            decision["verdict"] = improved
+            return False
+        if self.best_mean is None:
+            decision["verdict"] = "no best yet"
+            return False
+        delta = (-1.0 if higher_is_better(self.axis) else 1.0) * (mean - self.best_mean)
+        decision["delta"] = delta
+        self.counter = self.counter + 1 if delta > self.min_delta else 0
+        decision["verdict"] = f"worse ({self.counter}/{self.patience})" if self.counter else "not worse"
+        if self.counter < self.patience:
+            return False
+        self.reason = (f"{self.metric} was worse than the best evaluation (step {self.best_step}, mean "
+                       f"{self.best_mean:.4f}) for {self.counter} evaluations in a row (threshold mode: means only, "
+                       f"no error control; min_delta={self.min_delta}); now {mean:.4f}")
+        return True
+
+    def _warn_threshold(self) -> None:
+        if self.mode == "threshold":
+            self._warn_once("threshold", "sago early stopping: %s in threshold mode compares means only and has no "
+                            "error control: noise alone can stop training (mode='paired' holds the run's false-stop "
+                            "rate at alpha)", self.metric)
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
+
+def _group_means(entries: list[dict[str, Any]]) -> dict[str, float]:
+    """Per group id (the last entry's), the mean of its values over ``entries`` (NaN where an entry lacks it or
+    has NaN, so that the group is left out of the paired test)."""
+    ids = list(entries[-1]["values"])
+    table = np.array([[e["values"].get(g, math.nan) for g in ids] for e in entries], float)
+    return dict(zip(ids, table.mean(axis=0).tolist()))
+
+
+def _span(steps: list[int]) -> str:
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])

@@ -1,6 +1,7 @@
 """The names of SAGO's numbers in the Trainer log, spelled and parsed here only.
 
-``eval_sago/<set>/<quantity>`` with a quantity an axis, ``instability``, ``accuracy`` or ``between_dispersion``,
+``eval_sago/<set>/<quantity>`` with a quantity an axis, ``instability``, ``accuracy`` (with ``accuracy_all`` and
+``accuracy_worst_kind``, see :mod:`~sago_train.integrations.monitor`) or ``between_dispersion``,
 and suffixes for its CI bounds (``_ci_low``, ``_ci_high``) and its paired changes (``_vs_baseline``,
 ``_vs_best``, each with ``_p``); ``eval_sago/instability`` over every set and ``eval_sago/runtime``. W&B shows
 them as ``eval/sago/...``. ``metric_for_best_model`` and early stopping name them ``sago/<set>/<quantity>``
@@ -13,6 +14,7 @@ import math
 from typing import Any
 
 from ..errors import SagoInputError
+from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation
 
 PREFIX = "eval_sago"
@@ -78,9 +80,10 @@ def display_order(axes: list[str]) -> list[str]:
 
 
 def evaluation_metrics(ev: Evaluation, changes: dict[str, dict[str, dict[str, Any]]], seconds: float) -> dict[str, float]:
-    """Every finite number of one evaluation: per set each quantity's mean and CI bounds, accuracy,
-    the between-group dispersion, the paired changes against the baseline and the best so far with their
-    p-values (``changes``, from the monitor), the overall instability and the runtime. An evaluation that left
+    """Every finite number of one evaluation: per set each quantity's mean and CI bounds, the accuracy
+    quantities, the between-group dispersion, the paired changes against the baseline and the best so far with
+    their p-values (``changes``, from the monitor: every axis and every accuracy quantity alike), the overall
+    instability and the runtime. An evaluation that left
     axes out has no ``instability`` (it is absent, never a mean over fewer axes)."""
     out: dict[str, float] = {}
     for name, s in ev.sets.items():
@@ -96,6 +99,10 @@ def evaluation_metrics(ev: Evaluation, changes: dict[str, dict[str, dict[str, An
         if acc is not None:
             out[key(name, ACCURACY)] = acc.mean
             out[key(name, ACCURACY, "_ci_low")], out[key(name, ACCURACY, "_ci_high")] = acc.ci_low, acc.ci_high
+        for quantity in (ACCURACY_ALL, ACCURACY_WORST_KIND):  # compared like accuracy: their means beside
+            score = s.score(quantity)
+            if score is not None:
+                out[key(name, quantity)] = score.mean
         for quantity, entry in changes.get(name, {}).items():
             for label, change in entry.items():
                 out[key(name, quantity, f"_{label}")] = change["mean_diff"]

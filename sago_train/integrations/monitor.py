@@ -1,11 +1,11 @@
 """What survives between evaluations during training: the run's SAGO history on disk (this run's alone: a lock
 and no other run's history replaced), the baseline, the best evaluation so far per (set, quantity), and the
 paired change of each evaluation against both (groups paired by id, judged by the one verdict rule
-:func:`sago_train.functional.stats.decide`), which the callback reports and early stopping decides on.
+:func:`sago_train.functional.verdict_rule.decide`), which the callback reports and early stopping decides on.
 
 Quantities compared: every axis, ``instability`` (when both evaluations have it), accuracy (the share of a
 group's variants answered right), ``accuracy_all`` (all of them right) and ``accuracy_worst_kind`` (the
-variant of the kind that is worst now), and ``between_dispersion`` (to tell a collapse from stability). Kept
+variant of the kind answered worst over the two evaluations compared), and ``between_dispersion`` (to tell a collapse from stability). Kept
 apart from the callback so that resume logic (what is on disk, what to drop, what to reload) is plain code that
 is tested without a Trainer.
 """
@@ -20,13 +20,14 @@ from typing import Any
 
 from .. import distributed
 from ..errors import SagoInputError
-from ..functional import stats
+from ..functional import stats, verdict_rule
 from ..functional.axes import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
 from ..functional.axes.registry import higher_is_better
 from ..io import acquire_run_lock, release_run_lock
 from ..results import store
 from ..results.evaluation import Evaluation
 from ..results.layout import history_path, step_dir
+from ..results.sets import paired_group_values, paired_worst_kind
 
 #: Correctness quantities compared beside the axes (higher is better).
 ACCURACIES = (ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND)
@@ -58,29 +59,27 @@ def quantities(ev: Evaluation, set_name: str) -> list[str]:
 
 
 def axis_verdict(quantity: str, reference: Mapping[str, float], current: Mapping[str, float], *,
-                 alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
+                 alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> verdict_rule.Verdict | None:
     """``current`` against ``reference`` (``{group id: value}``, paired by id) by the one verdict rule
-    (:func:`~sago_train.functional.stats.paired_verdict_by_id`) in the axis registry's direction: ``mean_diff`` =
+    (:func:`~sago_train.functional.verdict_rule.paired_verdict_by_id`) in the axis registry's direction: ``mean_diff`` =
     mean of (current - reference); ``p_worse`` is the one-sided Wilcoxon test that ``current`` is worse. None
     when no group is shared."""
-    return stats.paired_verdict_by_id(reference, current, higher_is_better=higher_is_better(quantity), alpha=alpha,
+    return verdict_rule.paired_verdict_by_id(reference, current, higher_is_better=higher_is_better(quantity), alpha=alpha,
                                       min_delta=min_delta, seed=seed)
 
 
 def paired_change(reference: Evaluation, current: Evaluation, set_name: str, quantity: str, *,
-                  alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> stats.Verdict | None:
+                  alpha: float = stats.ALPHA, min_delta: float = 0.0, seed: int = 0) -> verdict_rule.Verdict | None:
     """:func:`axis_verdict` of one set and quantity of two evaluations; ``accuracy_worst_kind`` reads the kind
-    that is worst in ``current`` in both. None without records of both or a shared group."""
-    kind = current.sets[set_name].worst_kind if quantity == ACCURACY_WORST_KIND else None
-    ref_set = reference.sets.get(set_name)
-    before = None if ref_set is None else ref_set.group_values(quantity, worst_kind=kind)
-    after = current.sets[set_name].group_values(quantity, worst_kind=kind)
-    if before is None or after is None:
+    answered worst over both (:func:`~sago_train.results.sets.paired_worst_kind`) in both. None without records
+    of both or a shared group."""
+    values = paired_group_values(reference.sets.get(set_name), current.sets[set_name], quantity)
+    if values is None:
         return None
-    return axis_verdict(quantity, before, after, alpha=alpha, min_delta=min_delta, seed=seed)
+    return axis_verdict(quantity, *values, alpha=alpha, min_delta=min_delta, seed=seed)
 
 
-def change_entry(verdict: stats.Verdict, step: int | None) -> dict[str, Any]:
+def change_entry(verdict: verdict_rule.Verdict, step: int | None) -> dict[str, Any]:
     """The ``vs_baseline`` / ``vs_best`` entry of a ``history.jsonl`` line: ``p_value`` is the one-sided test of
     a regression (``p_worse``; the key predates the rule), ``verdict`` the rule's word."""
     return stats.to_jsonable({"mean_diff": verdict.mean_diff, "ci_low": verdict.ci_low, "ci_high": verdict.ci_high,
@@ -166,6 +165,8 @@ class MonitorState:
                     verdict = paired_change(ref, ev, name, quantity, seed=seed)
                     if verdict is not None and verdict.n:
                         entry[label] = change_entry(verdict, ref.step)
+                        if quantity == ACCURACY_WORST_KIND:  # which kind was compared (chosen on both)
+                            entry[label]["kind"] = paired_worst_kind(ref.sets[name], ev.sets[name])
                 if entry:
                     out.setdefault(name, {})[quantity] = entry
         return out

@@ -59,6 +59,10 @@ class MonitorOptions:
     overwrite: bool = field(default=False, metadata={"help": "Start a fresh (not resumed) run in an output directory "
                             "that holds another run's SAGO history (kept beside it as history.jsonl.<time>.old); "
                             "without it such a run is refused at train start."})
+    new_baseline: bool = field(default=False, metadata={"help": "When a resumed run's monitored set (or a setting "
+                               "that changes its numbers) differs from what its history measured: set that history "
+                               "aside (history.jsonl.<time>.old) and measure a new baseline at the resumed step; "
+                               "without it such a resume is refused at train start."})
     guard_reporters: bool = field(default=False, metadata={"help": "Wrap the Trainer's reporting integrations so that "
                                   "one that fails (a W&B that cannot start) is logged and switched off instead of "
                                   "stopping training."})
@@ -76,7 +80,7 @@ class MonitorOptions:
                 or self.log_unstable_groups < 0:
             raise SagoInputError(f"expected an integer >= 0, got {self.log_unstable_groups!r}",
                                  key="log_unstable_groups")
-        for name in ("baseline", "evaluate_at_end", "raise_on_error", "overwrite", "guard_reporters"):
+        for name in ("baseline", "evaluate_at_end", "raise_on_error", "overwrite", "new_baseline", "guard_reporters"):
             if not isinstance(getattr(self, name), bool):
                 raise SagoInputError(f"expected true or false, got {getattr(self, name)!r}", key=name)
 
@@ -86,27 +90,39 @@ MODES = ("paired", "threshold")
 
 @dataclass
 class EarlyStoppingOptions:
-    """When :class:`~sago_train.SAGOEarlyStoppingCallback` stops training.
+    """When :class:`~sago_train.SAGOEarlyStoppingCallback` stops training (the manual's "Early stopping" page,
+    docs/early-stopping.md, says what each rule answers and its measured error rate).
 
     Example:
         >>> EarlyStoppingOptions("sago/paraphrase/activation_rel").patience
         3
     """
 
-    metric: str = field(default="", metadata={"help": "sago/<set>/<axis> to watch."})
-    patience: int = field(default=3, metadata={"help": "Worse evaluations in a row before stopping."})
-    alpha: float = field(default=0.05, metadata={"help": "Significance level of the paired verdict: the one-sided "
-                         "Wilcoxon p must be below it and the 1 - alpha paired-bootstrap CI must exclude 0."})
+    metric: str = field(default="", metadata={"help": "sago/<set>/<quantity> to watch: an axis, instability, or "
+                        "accuracy (higher is better: a guard against forgetting)."})
+    patience: int = field(default=3, metadata={"help": "paired: how many evaluations make the reference (the "
+                          "first ones) and the window compared with it (the latest ones, by their per-group mean). "
+                          "threshold: worse evaluations in a row before stopping."})
+    alpha: float = field(default=0.05, metadata={"help": "paired: the run-level false-stop rate. Each look (an "
+                         "evaluation that can stop training) is tested at alpha / the looks the run plans (from "
+                         "max_steps and the cadence; without a plan, a sequence of levels whose sum over any "
+                         "number of looks is alpha): the one-sided Wilcoxon p must be below that level and the "
+                         "paired-bootstrap CI at that level must exclude 0."})
     min_delta: float = field(default=0.0, metadata={"help": "Smallest change in the worse direction that counts."})
-    mode: str = field(default="paired", metadata={"help": "paired (worse than the best evaluation by the one "
-                                                          "verdict rule of report and compare: one-sided Wilcoxon "
-                                                          "p < alpha and the 1 - alpha paired-bootstrap CI above 0 "
-                                                          "on the worse side, per group) or threshold (means only).",
+    mode: str = field(default="paired", metadata={"help": "paired (the window's per-group mean worse than the "
+                                                          "reference's by the one verdict rule of report and "
+                                                          "compare, at a level that holds the run-level false-stop "
+                                                          "rate at alpha) or threshold (means only, against the "
+                                                          "best so far, like transformers' EarlyStoppingCallback: "
+                                                          "no error control).",
                                                   "choices": MODES})
-    exclude_baseline: bool = field(default=True, metadata={"help": "Never take the step-0 evaluation (the baseline, "
-                                   "before training) as the best: it has no checkpoint to go back to. With "
-                                   "load_best_model_at_end and metric_for_best_model naming the watched metric, the "
-                                   "best is always the Trainer's best checkpoint."})
+    exclude_baseline: bool = field(default=True, metadata={"help": "Leave the step-0 evaluation (the baseline, "
+                                   "before training) out of the reference, which then starts with the first "
+                                   "evaluation after training starts; it is never the best either (no checkpoint "
+                                   "to go back to). False: the reference starts with the model before training."})
+    reference_step: int = field(default=0, metadata={"help": "paired: the reference starts with the first "
+                                "evaluation at or after this global step (e.g. the end of a warm-up); earlier "
+                                "evaluations are not compared."})
 
     def __post_init__(self) -> None:
         _positive_int(self.patience, "patience")
@@ -119,6 +135,9 @@ class EarlyStoppingOptions:
             raise unknown_name_error("early-stopping mode", self.mode, MODES, key="mode")
         if not isinstance(self.exclude_baseline, bool):
             raise SagoInputError(f"expected true or false, got {self.exclude_baseline!r}", key="exclude_baseline")
+        step = self.reference_step
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise SagoInputError(f"expected an integer >= 0, got {step!r}", key="reference_step")
 
 
 def options_from_kwargs(cls: type, base: Any, kwargs: dict[str, Any], *, also: tuple[str, ...] = ()) -> tuple[Any, dict]:

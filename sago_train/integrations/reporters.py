@@ -1,8 +1,9 @@
 """Where one evaluation's numbers go during training, and what the run prints: :func:`report` sends the
 metrics to the Trainer log (its own row, so every ``report_to`` integration gets them at the right step), the
 extras to W&B (histograms, a table of the most unstable groups, the details the default log level keeps out
-of the charts) and TensorBoard (histograms), and one console line per set with the change since the baseline
-(and a warning when accuracy fell); :func:`run_summary_lines` says baseline -> best -> final at the end.
+of the charts with every quantity's verdicts) and TensorBoard (histograms), and one console line per set with
+the change since the baseline, the accuracy quantities beside the axes (and a warning when accuracy fell:
+docs/accuracy.md); :func:`run_summary_lines` says baseline -> best -> final at the end.
 :class:`GuardedReporter` keeps a failing reporter from stopping training."""
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from transformers import Trainer, TrainerCallback
 
 from .. import distributed
 from ..functional import stats
-from ..functional.axes import ACCURACY, BETWEEN, INSTABILITY
+from ..functional.axes import ACCURACY, ACCURACY_WORST_KIND, BETWEEN, INSTABILITY
 from ..functional.formatting import fmt_num, fmt_p
 from ..functional.stats import to_jsonable
-from ..functional.wording import change_words
+from ..functional.wording import READ_BESIDE, change_words, set_context
 from ..results.evaluation import Evaluation
 from .keys import PREFIX, display_order, evaluation_metrics, headline
-from .monitor import MonitorState
+from .monitor import ACCURACIES, MonitorState, quantities
 from .options import MonitorOptions
 
 logger = logging.getLogger("sago_train.integrations.callback")  # the callback's log
@@ -39,7 +40,7 @@ def report(trainer: Any, args: Any, state: Any, control: Any, ev: Evaluation, ch
     if "wandb" in (args.report_to or []):
         details = {k: v for k, v in metrics.items() if k not in logged}
         log_wandb_extras(args, state, ev, max_rows=options.log_unstable_groups, details=details,
-                         settings=to_jsonable(settings))
+                         settings=to_jsonable(settings), changes=changes)
     if distributed.is_main_process():
         for note in ev.warnings:  # degenerate outputs: empty or question-independent generations
             logger.warning("sago: step %d: %s", state.global_step, note)
@@ -74,12 +75,20 @@ def log_metrics(trainer: Any, metrics: dict[str, float], state: Any, control: An
 
 
 # ---------------------------------------------------------------------------------------------- the console
-def _set_context(changes: dict[str, Any], label: str) -> tuple[bool, bool]:
-    """(between-group dispersion fell significantly, accuracy fell significantly) on one set, ``label`` =
-    ``vs_baseline`` or ``vs_best``."""
-    def verdict(q: str) -> str | None:
-        return ((changes.get(q) or {}).get(label) or {}).get("verdict")
-    return verdict(BETWEEN) == stats.BETTER, verdict(ACCURACY) == stats.WORSE
+def _set_context(changes: dict[str, Any], label: str) -> dict[str, bool]:
+    """:func:`~sago_train.functional.wording.set_context` of one set's changes against ``label`` (``vs_baseline``
+    or ``vs_best``)."""
+    return set_context({q: ((e or {}).get(label) or {}).get("verdict") for q, e in changes.items()})
+
+
+def _move(q: str, entry: dict[str, Any], before: Evaluation, after: Evaluation, name: str) -> str:
+    """``q <before mean> -> <after mean>``; ``accuracy_worst_kind`` names the kind compared and gives its
+    accuracy in each (each evaluation's own worst kind may differ)."""
+    kind = entry.get("kind") if q == ACCURACY_WORST_KIND else None
+    if kind is None:
+        return f"{q} {fmt_num(before.mean(name, q))} -> {fmt_num(after.mean(name, q))}"
+    then, now = ((e.sets[name].correctness.get("per_kind") or {}).get(kind) for e in (before, after))
+    return f"{q} ({kind}) {fmt_num(then)} -> {fmt_num(now)}"
 
 
 def change_lines(ev: Evaluation, changes: dict[str, Any], baseline: Evaluation | None) -> list[str]:
@@ -90,15 +99,15 @@ def change_lines(ev: Evaluation, changes: dict[str, Any], baseline: Evaluation |
     out = []
     for name, s in ev.sets.items():
         per_q = changes.get(name) or {}
-        collapse, less_accurate = _set_context(per_q, "vs_baseline")
+        context = _set_context(per_q, "vs_baseline")
         said, quiet = [], []
-        for q in [*display_order(s.axes), INSTABILITY, ACCURACY]:
+        for q in [*display_order(s.axes), INSTABILITY, *ACCURACIES]:
             entry = (per_q.get(q) or {}).get("vs_baseline")
             if not entry:
                 continue
-            move = f"{q} {fmt_num(baseline.mean(name, q))} -> {fmt_num(ev.mean(name, q))}"
+            move = _move(q, entry, baseline, ev, name)
             if entry["verdict"] in (stats.BETTER, stats.WORSE):
-                words = change_words(q, entry["verdict"], collapse=collapse, less_accurate=less_accurate)
+                words = change_words(q, entry["verdict"], **context)
                 p = entry["p_value"] if entry["verdict"] == stats.WORSE else entry.get("p_better")
                 said.append(f"{move} {words} (p {fmt_p(p)})")
             else:
@@ -120,8 +129,7 @@ def accuracy_warnings(ev: Evaluation, changes: dict[str, Any], baseline: Evaluat
             continue
         out.append(f"sago step {ev.step}: accuracy on set '{name}' fell significantly since the baseline "
                    f"({fmt_num(baseline.mean(name, ACCURACY))} -> {fmt_num(ev.mean(name, ACCURACY))}, p "
-                   f"{fmt_p(entry['p_value'])}, {entry['n']} groups): the model may be forgetting what it knew; read "
-                   "every stability number of this set beside it (a consistently wrong model is perfectly stable)")
+                   f"{fmt_p(entry['p_value'])}, {entry['n']} groups): {READ_BESIDE}")
     return out
 
 
@@ -135,16 +143,15 @@ def run_summary_lines(monitor: MonitorState, changes: dict[str, Any]) -> list[st
            "verdict = the final evaluation against the baseline, paired by group)"]
     for name, s in last.sets.items():
         per_q = changes.get(name) or {}
-        collapse, less_accurate = _set_context(per_q, "vs_baseline")
+        context = _set_context(per_q, "vs_baseline")
         rows = []
-        for q in [*display_order(s.axes), INSTABILITY, ACCURACY]:
+        for q in [*display_order(s.axes), INSTABILITY, *ACCURACIES]:
             final = last.mean(name, q)
             if not math.isfinite(final):
                 continue
             best = monitor.best.get((name, q))
             entry = (per_q.get(q) or {}).get("vs_baseline")
-            verdict = change_words(q, entry["verdict"], collapse=collapse, less_accurate=less_accurate) if entry \
-                else "not compared"
+            verdict = change_words(q, entry["verdict"], **context) if entry else "not compared"
             best_text = f" -> best {fmt_num(best.mean(name, q))} (step {best.step})" if best is not None else ""
             rows.append(f"{q} {fmt_num(base.mean(name, q))}{best_text} -> final {fmt_num(final)}: {verdict}")
         if rows:
@@ -153,24 +160,43 @@ def run_summary_lines(monitor: MonitorState, changes: dict[str, Any]) -> list[st
 
 
 # ---------------------------------------------------------------------------------------------- W&B, TensorBoard
-DETAIL_COLUMNS = ("mean", "ci_low", "ci_high", "vs_baseline", "vs_baseline_p", "vs_best", "vs_best_p")
+DETAIL_COLUMNS = ("mean", "ci_low", "ci_high", "vs_baseline", "vs_baseline_p", "vs_baseline_verdict", "vs_best",
+                  "vs_best_p", "vs_best_verdict")
 
 
-def detail_rows(ev: Evaluation, details: dict[str, float]) -> list[list[Any]]:
-    """One numeric row per (set, axis): ``DETAIL_COLUMNS`` (None where a value is missing)."""
+def detail_rows(ev: Evaluation, changes: dict[str, Any] | None = None) -> list[list[Any]]:
+    """One row per (set, quantity) that the monitor compares (every axis, ``instability``, the accuracy
+    quantities, ``between_dispersion``): ``DETAIL_COLUMNS``, its mean and CI from the evaluation, each paired
+    change (``mean_diff``, ``p_value`` = p of a regression, the one rule's verdict) from ``changes`` (None
+    where a value is missing)."""
     rows = []
     for name, s in ev.sets.items():
-        for axis, sm in s.summaries.items():
-            extra = {c: details.get(f"{PREFIX}/{name}/{axis}_{c}") for c in DETAIL_COLUMNS[3:]}
-            rows.append([name, axis, sm.mean, sm.ci_low, sm.ci_high, *extra.values()])
+        per_q = (changes or {}).get(name) or {}
+        for q in quantities(ev, name):
+            sm = s.score(q)
+            mean, lo, hi = (s.between_dispersion, None, None) if q == BETWEEN else \
+                (None, None, None) if sm is None else (sm.mean, sm.ci_low, sm.ci_high)
+            row: list[Any] = [name, q, *(None if v is None or not math.isfinite(v) else v for v in (mean, lo, hi))]
+            for label in ("vs_baseline", "vs_best"):
+                change = (per_q.get(q) or {}).get(label) or {}
+                row += [change.get("mean_diff"), change.get("p_value"), change.get("verdict")]
+            rows.append(row)
     return rows
 
 
+def detail_verdicts(changes: dict[str, Any]) -> dict[str, str]:
+    """``{"<set>/<quantity>_<vs_baseline|vs_best>_verdict": verdict}``: the words beside the W&B details'
+    numbers."""
+    return {f"{name}/{q}_{label}_verdict": change["verdict"] for name, per_q in changes.items()
+            for q, entry in per_q.items() for label, change in entry.items() if change.get("verdict")}
+
+
 def log_wandb_extras(args: Any, state: Any, ev: Evaluation, *, max_rows: int,
-                     details: dict[str, float] | None = None, settings: dict[str, Any] | None = None) -> None:
+                     details: dict[str, float] | None = None, settings: dict[str, Any] | None = None,
+                     changes: dict[str, Any] | None = None) -> None:
     """Histograms of per-group values, a table of the ``max_rows`` most unstable groups (0: no table) with one
-    numeric (sortable) column per axis, and ``details`` (the numbers left out of the Trainer log) as a table and
-    a nested summary entry; ``settings`` (the callback's options) go to ``wandb.config["sago"]``. Into the run
+    numeric (sortable) column per axis, and ``details`` (the numbers left out of the Trainer log) with the
+    verdicts of ``changes`` (every axis' and the accuracy quantities') as a table and a nested summary entry; ``settings`` (the callback's options) go to ``wandb.config["sago"]``. Into the run
     the Trainer's W&B integration opened; a failing W&B is logged, never raised: the other reporters and the
     history go on."""
     if not distributed.is_main_process() or "wandb" not in (args.report_to or []):
@@ -199,10 +225,12 @@ def log_wandb_extras(args: Any, state: Any, ev: Evaluation, *, max_rows: int,
                 table.add_data(name, g.id, inst, *(g.axes.get(a) for a in axes),
                                "\n".join(map(str, g.variants)), "\n".join(g.outputs or []))
             payload["eval/sago/unstable_groups"] = table
-        if details:
-            payload["eval/sago/details"] = wandb.Table(columns=["set", "axis", *DETAIL_COLUMNS],
-                                                       data=detail_rows(ev, details))
-            wandb.run.summary["eval/sago/details"] = {k.removeprefix(f"{PREFIX}/"): v for k, v in details.items()}
+        if details or changes:
+            payload["eval/sago/details"] = wandb.Table(columns=["set", "quantity", *DETAIL_COLUMNS],
+                                                       data=detail_rows(ev, changes))
+            wandb.run.summary["eval/sago/details"] = {
+                **{k.removeprefix(f"{PREFIX}/"): v for k, v in (details or {}).items()},
+                **detail_verdicts(changes or {})}
         wandb.log(payload)
     except Exception as err:  # noqa: BLE001 - a failing W&B must not stop the other reporters
         logger.warning("sago: W&B logging failed (%s: %s); other reporters and the history go on",

@@ -294,6 +294,34 @@ class Schedule:
         self.clock = EvalClock(time.perf_counter(), state.global_step)
         self.costs = CostNotes()
 
+    def planned_steps(self, args: Any, state: Any, *, done: int, complete_only: bool = False) -> list[int] | None:
+        """The steps of the evaluations the cadence plans from train start up to ``max_steps``: the baseline (a
+        fresh run with ``baseline``), every ``eval_steps`` (else the Trainer's evaluations) and the final one;
+        ``complete_only``: only those that compute the generation-based axes (:meth:`wants_generation`, with
+        ``done`` evaluations in the history already). Epoch ends are placed at ``max_steps / epochs`` apart.
+        None when the cadence cannot say: the automatic cadence (it follows measured times) or no ``max_steps``."""
+        opts, last, start = self.options, int(state.max_steps or 0), int(state.global_step)
+        strategy, every = _strategy(args), opts.eval_steps
+        if last <= 0 or (every is None and (strategy not in ("steps", "epoch")
+                                            or (strategy == "steps" and not args.eval_steps))):
+            return None
+        if every is None and strategy == "steps":
+            every = max(1, math.ceil(args.eval_steps * last) if args.eval_steps < 1 else int(args.eval_steps))
+        if every is None:
+            epochs = float(getattr(state, "num_train_epochs", 0) or args.num_train_epochs)
+            ends = {min(last, round(e * last / epochs)) for e in range(1, math.ceil(epochs) + 1)} if epochs > 0 else set()
+            steps = sorted(s for s in ends if s > start)
+        else:
+            steps = list(range((start // every + 1) * every, last + 1, every))
+        if opts.evaluate_at_end and last not in steps:
+            steps.append(last)
+        if opts.baseline and start == 0 and done == 0:
+            steps.insert(0, 0)
+        if not complete_only or opts.generation_every == 1 or (self.complete_for_trainer and opts.eval_steps is None):
+            return steps
+        every_gen = opts.generation_every
+        return [s for i, s in enumerate(steps, start=done) if i == 0 or i % every_gen == 0 or s == last]
+
     def is_final(self, state: Any, control: Any) -> bool:
         """The last training step (the run ends here, or early stopping stops it)."""
         return bool(control.should_training_stop) or state.global_step >= state.max_steps > 0

@@ -1,4 +1,4 @@
-"""Finding a causal LM's decoder blocks and resolving layer indices (SPEC "Layer l").
+"""Finding a causal LM's decoder blocks and resolving layer indices (docs/definitions.md#prompt-tokens).
 
 Shared by the evaluation extractor and the stability loss: both hook the output of decoder blocks.
 """
@@ -52,7 +52,7 @@ def get_decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 def default_layers(num_layers: int) -> list[int]:
-    """SPEC default: 4 evenly spaced blocks ending with the last."""
+    """The default (docs/definitions.md#prompt-tokens): 4 evenly spaced blocks ending with the last."""
     return sorted({round((i + 1) * num_layers / 4) - 1 for i in range(4)} & set(range(num_layers)))
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from ..data.groups import Variant
 from ..errors import SagoInputError, unknown_name_error
 
-#: How string variants are fed to the model (SPEC "Chat rendering").
+#: How string variants are fed to the model (docs/definitions.md#chat-rendering).
 CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 
 
@@ -35,7 +35,7 @@ def _special_tokens(tokenizer: Any) -> list[str]:
 
 
 def resolve_chat_template(mode: str, tokenizer: Any) -> str:
-    """``always`` or ``never``: how string variants are fed (SPEC "Chat rendering").
+    """``always`` or ``never``: how string variants are fed (docs/definitions.md#chat-rendering).
 
     ``auto`` is ``always`` when the tokenizer's chat template marks turns with special tokens, as every
     instruct model's does (``<|im_start|>``, ``<|start_header_id|>``, BOS...); a template of plain text only
@@ -67,7 +67,7 @@ def resolve_chat_template(mode: str, tokenizer: Any) -> str:
 
 
 def render_chat(messages: list[dict[str, Any]], tokenizer: Any) -> str:
-    """The chat template applied with the generation prompt, as text (SPEC "Chat rendering")."""
+    """The chat template applied with the generation prompt, as text (docs/definitions.md#chat-rendering)."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise SagoInputError(
             "chat-message variants need a tokenizer with a chat template, and this tokenizer has none",
@@ -78,7 +78,7 @@ def render_chat(messages: list[dict[str, Any]], tokenizer: Any) -> str:
 
 
 def encode_variant(variant: Variant, tokenizer: Any, *, chat: bool = False) -> list[int]:
-    """SPEC prompt tokens: a string variant's default encoding (special tokens as the tokenizer adds them),
+    """Prompt tokens (docs/definitions.md#prompt-tokens): a string variant's default encoding (special tokens as the tokenizer adds them),
     or, with ``chat`` and for every message-list variant, the chat template rendered with the generation
     prompt (a string becomes one user message).
 
@@ -93,7 +93,7 @@ def encode_variant(variant: Variant, tokenizer: Any, *, chat: bool = False) -> l
 
 
 def encode_continuation(text: str, tokenizer: Any) -> list[int]:
-    """Tokens of a reference/continuation: encoded without special tokens (SPEC confidence axis)."""
+    """Tokens of a reference/continuation: encoded without special tokens (docs/definitions.md#confidence)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
 

@@ -19,10 +19,11 @@ import numpy as np
 from ..errors import SagoInputError, type_name
 from ..functional import findings, relations, stats
 from ..functional.stats import Summary
-from ..io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..io import atomic_write_files, check_output_path, json_bytes, jsonl_bytes, read_jsonl
+from ..limits import read_bounded_text
 from ..version import __version__
 from .group import ACCURACY, BETWEEN, INSTABILITY, GroupRecord, is_number, to_float
-from .layout import SUMMARY, records_path
+from .layout import SUMMARY, records_name, records_path
 from .sets import SetEvaluation, _mean_summary
 
 __all__ = ["ACCURACY", "BETWEEN", "INSTABILITY", "Evaluation", "GroupRecord", "SetEvaluation", "ordered_union",
@@ -151,6 +152,19 @@ class Evaluation:
         per_set = {name: {a: s.values(a) for a in s.axes} for name, s in self.sets.items() if s.has_records}
         return findings.axis_relations(per_set, alpha=alpha, n_resamples=self._n_bootstrap, seed=self.seed)
 
+    def reliability(self, alpha: float = findings.ALPHA) -> dict[tuple[str, str], findings.Reliability]:
+        """Finding 1 over the whole evaluation, keyed ``(set, axis)``: every set's split-half reliabilities,
+        Holm-corrected over every (set, axis) together, ``activation_rel`` counted with ``activation`` (see
+        :func:`sago_train.functional.findings.reliability_family`)."""
+        return findings.reliability_family({(name, a): r for name, s in self.sets.items()
+                                            for a, r in s.reliability.items()}, alpha=alpha)
+
+    def kind_effects(self, alpha: float = findings.ALPHA) -> dict[tuple[str, str], relations.KindEffect]:
+        """Every set's variant-kind tests, keyed ``(set, axis)`` (``correct`` for accuracy), Holm-corrected over
+        the whole evaluation (see :func:`sago_train.functional.relations.kind_family`)."""
+        return relations.kind_family({(name, a): e for name, s in self.sets.items()
+                                      for a, e in s.kind_effects.items()}, alpha=alpha)
+
     def slim(self) -> Evaluation:
         """The same evaluation with group records reduced to what paired comparisons need (no variants or
         outputs): what a training run keeps in memory for its baseline and best evaluations."""
@@ -195,12 +209,21 @@ class Evaluation:
             "sago_train_version": __version__,
             "model": self.model,
             "config": self.config,
-            "sets": {name: s.to_summary() for name, s in self.sets.items()},
+            "sets": self._sets_summary(),
             INSTABILITY: None if overall is None else overall.to_dict(),
             "axis_correlation": self.axis_correlation().to_dict(),
             "axis_relations": [r.to_dict() for r in self.axis_relations()],
             "warnings": list(self.warnings),
         })
+
+    def _sets_summary(self) -> dict[str, Any]:
+        """Each set's summary entry, its reliability and kind tests as corrected over the whole evaluation."""
+        out = {name: s.to_summary() for name, s in self.sets.items()}
+        for (name, axis), rel in self.reliability().items():
+            out[name]["reliability"][axis] = rel.to_dict()
+        for (name, axis), eff in self.kind_effects().items():
+            out[name]["kinds"][axis] = eff.to_dict()
+        return out
 
     def write(self, out_dir: str | Path) -> Path:
         """Write ``summary.json`` and one ``<set>.jsonl`` of group records per set (each atomically: an
@@ -213,12 +236,25 @@ class Evaluation:
             (['s.jsonl', 'summary.json'], 0.2)
         """
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        paths = self.output_files(out, list(self.sets))
+        for path in paths:  # a link or a directory in a file's place is refused before anything is written
+            check_output_path(path, what="evaluation output", root=out)
         summary = self.to_summary()  # computed first: a failure leaves no half-written directory
-        for name, s in self.sets.items():
-            atomic_write_jsonl(records_path(out, name), [g.to_dict() for g in s.groups or []])
-        atomic_write_json(out / SUMMARY, summary)
+        data = [jsonl_bytes([g.to_dict() for g in s.groups or []]) for s in self.sets.values()] + [json_bytes(summary)]
+        atomic_write_files(dict(zip(paths, data)))  # all or nothing: a full disk leaves the previous files
         return out
+
+    @staticmethod
+    def output_files(out_dir: str | Path, set_names: Sequence[str]) -> list[Path]:
+        """The files :meth:`write` writes into ``out_dir``: one ``<set>.jsonl`` per set, then ``summary.json``
+        (the CLI checks each before the evaluation runs).
+
+        Example:
+            >>> [p.name for p in Evaluation.output_files("out", ["a"])]
+            ['a.jsonl', 'summary.json']
+        """
+        out = Path(out_dir)
+        return [out / records_name(name) for name in set_names] + [out / SUMMARY]
 
     @classmethod
     def read(cls, path: str | Path) -> Evaluation:
@@ -227,7 +263,7 @@ class Evaluation:
         path = Path(path)
         src = path / SUMMARY
         try:
-            data = json.loads(src.read_text(encoding="utf-8-sig"))
+            data = json.loads(read_bounded_text(src, what="summary.json"))  # a regular file within the set limit
         except json.JSONDecodeError as err:
             raise SagoInputError(f"malformed JSON: {err.msg} (column {err.colno})", source=str(src),
                                  line=err.lineno) from None

@@ -20,12 +20,31 @@ from ..functional.axes import (
     in_instability,
 )
 from ..functional.stats import to_jsonable
+from ..limits import MAX_RECORDED_VALUE
 
 _BETWEEN_EXTRA = "activation_rel_between"
 
 
 def is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_recorded(value: Any, **where: Any) -> None:
+    """A number read back from a results file: a JSON number within ``MAX_RECORDED_VALUE`` or null, else a
+    :class:`SagoInputError` naming ``where`` (source, line, key). A hand-edited ``1.7e308`` or a list where a number
+    goes is refused at reading, not by matplotlib or numpy after the work.
+
+    Example:
+        >>> check_recorded(0.25); check_recorded(None)
+        >>> check_recorded(1.7e308, key="mean")
+        Traceback (most recent call last):
+        ...
+        sago_train.errors.SagoInputError: field 'mean': expected a number or null of size at most 1e+09 (MAX_RECORDED_VALUE), got 1.7e+308
+    """
+    if value is None or (is_number(value) and (not math.isfinite(value) or abs(value) <= MAX_RECORDED_VALUE)):
+        return
+    size = f" of size at most {MAX_RECORDED_VALUE:g} (MAX_RECORDED_VALUE)" if is_number(value) else ""
+    raise SagoInputError(f"expected a number or null{size}, got {short_repr(value)}", **where)
 
 
 def to_float(x: Any) -> float:
@@ -144,10 +163,8 @@ class GroupRecord:
         if not isinstance(axes, dict):
             raise fail(f"expected an object of axis -> value, got {type_name(axes)}", "axes")
         for axis, value in axes.items():
-            if value is not None and not is_number(value):
-                raise fail(f"expected a number or null, got {short_repr(value)}", f"axes.{axis}")
-        if rec.get(INSTABILITY) is not None and not is_number(rec[INSTABILITY]):
-            raise fail(f"expected a number or null, got {short_repr(rec[INSTABILITY])}", INSTABILITY)
+            check_recorded(value, source=source or None, line=line, key=f"axes.{axis}")
+        check_recorded(rec.get(INSTABILITY), source=source or None, line=line, key=INSTABILITY)
         correct = rec.get("correct")
         if correct is not None and not (isinstance(correct, list) and all(isinstance(c, bool) for c in correct)):
             raise fail(f"expected a list of true/false or null, got {short_repr(correct)}", "correct")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import safe_child
+from ..io import safe_child, validate_set_name
 
 SUMMARY = "summary.json"
 HISTORY = "history.jsonl"
 SAGO_DIR = "sago"  # a run's folder inside the Trainer's output_dir
+REPORT_MD = "report.md"  # what ``sago-train report`` writes, beside its plots
+RESOLVED_RECIPE = "recipe.yaml"  # a recipe run's output_dir: the recipe as it ran (after overrides)
 
 
 def history_path(sago_dir: str | Path) -> Path:
@@ -40,3 +42,32 @@ def step_dir(sago_dir: str | Path, step: int) -> Path:
 def records_path(directory: str | Path, set_name: str) -> Path:
     """``<directory>/<set>.jsonl``; a set name that is not one safe path component is refused."""
     return safe_child(directory, set_name, ".jsonl")
+
+
+def records_name(set_name: str) -> str:
+    """``<set>.jsonl``, the file name of a set's group records (the set name checked as in :func:`records_path`,
+    nothing resolved: a link in its place is for the writer's check to refuse).
+
+    Example:
+        >>> records_name("paraphrase")
+        'paraphrase.jsonl'
+    """
+    return f"{validate_set_name(set_name)}.jsonl"
+
+
+def result_files(directory: str | Path) -> dict[str, Path]:
+    """The result files a reader finds in ``directory`` (an evaluation directory, a run's output_dir or its
+    ``sago/`` folder), each with a label for error messages: what ``compare`` and ``report`` read, and so what
+    their outputs must never replace.
+
+    Example:
+        >>> result_files("/tmp/sago-no-such-dir")
+        {}
+    """
+    root = Path(directory)
+    found: dict[str, Path] = {}
+    for base in (root, root / SAGO_DIR):
+        for path in [base / SUMMARY, base / HISTORY, *sorted(base.glob("*.jsonl")), *sorted(base.glob("step-*/*.jsonl"))]:
+            if path.is_file():
+                found.setdefault(f"a results file read from {root}", path)
+    return found

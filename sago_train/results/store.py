@@ -4,7 +4,7 @@
 
 One policy for a corrupt or invalid ``history.jsonl`` line, for every reader (callback resume, early
 stopping, compare, report): a logged warning naming the file and line, then the line is skipped and counted
-(:attr:`History.skipped`, :attr:`Run.skipped_lines`), so one damaged line does not cost the rest of a run's
+(:attr:`History.n_skipped`, :attr:`Run.skipped_lines`), so one damaged line does not cost the rest of a run's
 record. A history with lines but no valid one is an error (``no evaluations in FILE``), never "ran, found
 nothing". The files are written atomically, so a bad line is outside damage.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,22 +20,49 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..functional.stats import Summary
-from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
+from ..io import (
+    LOCK_NAME,
+    atomic_write_jsonl,
+    atomic_write_text,
+    count_records,
+    first_link,
+    read_jsonl,
+    set_aside,
+)
+from ..limits import MAX_REPEATED_WARNINGS
 from .evaluation import Evaluation, ordered_union
 from .group import GroupRecord
-from .layout import HISTORY, history_path, records_path, step_dir
+from .layout import history_path, records_name, records_path, step_dir
 
 logger = logging.getLogger(__name__)
 
 
+def _refuse_link(path: Path, root: Path) -> None:
+    link = first_link(path, root)
+    if link is not None:
+        raise SagoInputError(f"{link} is a symbolic link; sago_train never writes through one (it would write "
+                             f"outside {root})", hint="remove the link; the run creates its own files and folders")
+
+
+def check_run_dir(sago_dir: str | Path) -> None:
+    """Refuse a run's ``sago/`` folder where a write would follow a symbolic link out of the run directory: the
+    folder itself, ``history.jsonl``, ``run.lock`` or a ``step-<N>`` folder being a link. Checked before anything
+    runs (the CLI before the model loads, the callback at train start) and again at each write."""
+    root = Path(sago_dir)
+    for path in (history_path(root), root / LOCK_NAME, *(sorted(root.glob("step-*")) if root.is_dir() else [])):
+        _refuse_link(path, root.parent)
+
+
 def write_group_records(directory: str | Path, set_name: str, groups: Sequence[GroupRecord]) -> None:
-    """``<directory>/<set>.jsonl``, atomically."""
+    """``<directory>/<set>.jsonl``, atomically; ``directory`` (a run's ``step-<N>``) must not be a link."""
+    _refuse_link(Path(directory) / records_name(set_name), Path(directory).parent)  # before anything resolves it
     atomic_write_jsonl(records_path(directory, set_name), [g.to_dict() for g in groups])
 
 
 def write_history(sago_dir: str | Path, lines: list[dict[str, Any]]) -> None:
     """Rewrite ``history.jsonl`` atomically (it is small): a crash never leaves half a line."""
     text = "".join(json.dumps(h, allow_nan=False) + "\n" for h in lines)
+    _refuse_link(history_path(sago_dir), Path(sago_dir).parent)
     atomic_write_text(history_path(sago_dir), text)
 
 
@@ -45,15 +71,18 @@ def recorded_evaluations(sago_dir: str | Path) -> int:
     path = history_path(sago_dir)
     if not path.is_file():
         return 0
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+    # Counted with read_history's bounds (file size, line length), never a whole 3 GB line held in memory.
+    return count_records(path, what="SAGO history")
 
 
 def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> None:
     """Refuse to start a fresh run where another run's SAGO history is: its lines would be lost.
 
     Resuming keeps the history (later steps are redone); ``overwrite`` sets the old file aside as
-    ``history.jsonl.<time>.old`` (nothing is deleted). Raises :class:`~sago_train.errors.SagoInputError`."""
+    ``history.jsonl.<time>.old`` (nothing is deleted, no earlier copy replaced: see :func:`set_aside`). A
+    ``sago/`` folder with a link a write would follow is refused (:func:`check_run_dir`). Raises
+    :class:`~sago_train.errors.SagoInputError`."""
+    check_run_dir(sago_dir)
     n = recorded_evaluations(sago_dir)
     if resuming or n == 0:
         return
@@ -64,33 +93,36 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
             hint="resume from its checkpoint (trainer.train(resume_from_checkpoint=...) or sago-train run --resume), "
                  "pass SAGOCallback(overwrite=True) or sago-train run --overwrite, or choose another output directory",
         )
-    aside = path.with_name(f"{HISTORY}.{time.strftime('%Y%m%dT%H%M%S')}.old")
-    path.replace(aside)
+    aside = set_aside(path)
     logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s", n, aside)
 
 
 @dataclass
 class History:
-    """The valid lines of a ``history.jsonl`` in step order, and the corrupt lines skipped (each a located
-    error)."""
+    """The valid lines of a ``history.jsonl`` in step order, how many corrupt lines were skipped, and the first
+    of them (at most ``MAX_REPEATED_WARNINGS``, each a located error: 300,000 kept whole took a gigabyte)."""
 
     entries: list[dict[str, Any]]
     skipped: list[SagoInputError]
+    n_skipped: int = 0
 
 
 def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
     """The evaluations of ``sago_dir/history.jsonl`` in step order (a repeated step keeps its later line).
 
     A corrupt line (malformed JSON, not an evaluation) is logged as a warning naming the file and line and
-    skipped; ``History.skipped`` holds them. Raises :class:`~sago_train.errors.SagoInputError` when no line
+    skipped; ``History.skipped`` holds the first few and ``History.n_skipped`` counts them all. Raises :class:`~sago_train.errors.SagoInputError` when no line
     is valid: always when some line was skipped, and for an empty history unless ``allow_empty``."""
     path = history_path(sago_dir)
     src = str(path)
     skipped: list[SagoInputError] = []
+    count = [0]
 
     def skip(err: SagoInputError) -> None:
-        skipped.append(err)
-        logger.warning("sago: skipped a corrupt history line: %s", err.format())
+        count[0] += 1
+        if count[0] <= MAX_REPEATED_WARNINGS:  # the rest are counted, said once below
+            skipped.append(err.with_traceback(None))
+            logger.warning("sago: skipped a corrupt history line: %s", err.format())
 
     by_step: dict[int, dict[str, Any]] = {}
     for lineno, entry in read_jsonl(path, what="SAGO history", on_bad_line=skip):
@@ -100,12 +132,15 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
             skip(err)
             continue
         by_step[int(entry["step"])] = entry  # a repeated step (a resumed run redoing it) keeps the later line
+    if count[0] > MAX_REPEATED_WARNINGS:
+        logger.warning("sago: ... and %s more corrupt lines in %s, skipped", f"{count[0] - MAX_REPEATED_WARNINGS:,}",
+                       src)
     if not by_step and skipped:
-        raise SagoInputError(f"no evaluations in {src}: all {len(skipped)} line(s) are corrupt; the first: "
+        raise SagoInputError(f"no evaluations in {src}: all {count[0]:,} line(s) are corrupt; the first: "
                              f"{skipped[0].format()}", hint="restore the file from a copy, or start a fresh run")
     if not by_step and not allow_empty:
         raise SagoInputError(f"no evaluations in {src} (the history is empty)")
-    return History([by_step[s] for s in sorted(by_step)], skipped)
+    return History([by_step[s] for s in sorted(by_step)], skipped, count[0])
 
 
 @dataclass
@@ -123,7 +158,7 @@ class Run:
         """The run recorded in ``sago_dir/history.jsonl`` (see :func:`read_history` for corrupt lines)."""
         history = read_history(sago_dir, allow_empty=allow_empty)
         return cls(label=label if label is not None else Path(run_dir).resolve().name, path=Path(run_dir),
-                   sago_dir=Path(sago_dir), history=history.entries, skipped_lines=len(history.skipped))
+                   sago_dir=Path(sago_dir), history=history.entries, skipped_lines=history.n_skipped)
 
     @property
     def steps(self) -> list[int]:

@@ -1,4 +1,4 @@
-"""Batching variant groups for the stability loss (SPEC "Stability loss").
+"""Batching variant groups for the stability loss (docs/definitions.md#stability-loss).
 
 A training item is one whole group: K variant prompts sharing one target completion ``t``. The collator
 turns B items into one flat batch of ``B*K`` sequences ``x_k + t`` (group-major: rows ``g*K .. g*K+K-1``

@@ -1,4 +1,4 @@
-"""Settings of the stability loss (SPEC "Stability loss"): :class:`StabilityConfig`."""
+"""Settings of the stability loss (docs/definitions.md#stability-loss): :class:`StabilityConfig`."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class StabilityConfig:
     )
     mode: str = field(
         # The default because it is the only mode that pulling every representation together cannot satisfy;
-        # in the demo it lowered held-out activation_rel against augmentation (README "The demo").
+        # in the demo it lowered held-out activation_rel against augmentation (docs/demos.md).
         default="relative",
         metadata={
             "help": "'centroid': symmetric dispersion / Jensen-Shannon divergence across the K variants; "

@@ -1,4 +1,4 @@
-"""The differentiable stability loss (SPEC "Stability loss"), independent of any trainer.
+"""The differentiable stability loss (docs/definitions.md#stability-loss), independent of any trainer.
 
 ``loss = task_loss + lambda_act * L_act + lambda_conf * L_conf`` on batches made by
 :class:`~sago_train.training.collator.VariantGroupCollator` (K variants ``x_k + t`` per group, group-major rows).

@@ -310,7 +310,7 @@ def _build_sft_trainer() -> type:
         _sago_logits_in_outputs = False
 
         def __init__(self, *args: Any, stability_config: StabilityConfig | None = None, **kwargs: Any) -> None:
-            # TRL accepts only datasets.Dataset objects; a plain list of groups (as in the README) is wrapped.
+            # TRL accepts only datasets.Dataset objects; a plain list of groups (as in docs/stability-loss.md) is wrapped.
             for key in ("train_dataset", "eval_dataset"):
                 if key in kwargs:
                     kwargs[key] = groups_as_dataset(kwargs[key])

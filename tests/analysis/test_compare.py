@@ -19,9 +19,9 @@ def _const(n: int, **axes: float) -> dict[str, list[float]]:
     return {a: [v] * n for a, v in axes.items()}
 
 
-def _model(tmp_path: Path, name: str, x: float, y: float, acc: float = 0.5) -> Path:
-    return write_eval_dir(tmp_path / name, {"setX": _const(6, activation=x, generation=0.5),
-                                            "setY": _const(6, activation=y, generation=0.5)}, accuracy=acc)
+def _model(tmp_path: Path, name: str, x: float, y: float, acc: float = 0.5, n: int = 6) -> Path:
+    return write_eval_dir(tmp_path / name, {"setX": _const(n, activation=x, generation=0.5),
+                                            "setY": _const(n, activation=y, generation=0.5)}, accuracy=acc)
 
 
 def test_compare_help(capsys):
@@ -34,9 +34,11 @@ def test_compare_help(capsys):
 
 def test_planted_rank_flip_is_found(tmp_path, capsys):
     # A is the most stable model on setX and the least stable on setY; B and C keep their order.
-    a = _model(tmp_path, "A", x=0.1, y=0.9)
-    b = _model(tmp_path, "B", x=0.3, y=0.2)
-    c = _model(tmp_path, "C", x=0.5, y=0.4)
+    # 10 groups: the smallest one-sided Wilcoxon p, 2^-10, passes Holm over the 6 flips that could occur
+    # (3 pairs x 1 set pair x 2 axes); see test_six_groups_are_not_enough_for_six_possible_flips.
+    a = _model(tmp_path, "A", x=0.1, y=0.9, n=10)
+    b = _model(tmp_path, "B", x=0.3, y=0.2, n=10)
+    c = _model(tmp_path, "C", x=0.5, y=0.4, n=10)
     out_json = tmp_path / "cmp.json"
     code, out, err = run_cli(["compare", str(a), str(b), str(c), "--json", str(out_json)], capsys)
     assert code == 0, err
@@ -55,8 +57,24 @@ def test_planted_rank_flip_is_found(tmp_path, capsys):
     assert "rank flip on activation: A beats B on 'setX', but B beats A on 'setY'" in out
     total = sum(len(r["flips"]) for r in result["axes"].values())
     assert total == 4  # activation and the instability scalar (mean of the axes) both flip
-    assert f"{total} rank flip(s)" in out
+    # instability is a mean of the other axes: its flips are corrected and reported apart, not in the headline.
+    assert "2 rank flip(s) in the means, 2 robust" in out
+    assert "instability (the mean of the other axes, so corrected on its own and not in the headline): 2 flip(s)" in out
+    assert result["axes"]["instability"]["family"] == "instability" and result["families"]["instability"]["tested"] == 3
     assert [e["label"] for e in result["entries"]] == ["A", "B", "C"]
+    assert result["families"]["axes"]["tested"] == 6 and flip["p_holm"] == pytest.approx(6 * 2.0**-10)
+
+
+def test_six_groups_are_not_enough_for_six_possible_flips(tmp_path, capsys):
+    """With 6 groups the smallest one-sided paired p is 2^-6 = 0.0156; Holm over the 6 flips that could occur
+    (3 pairs x 1 set pair x 2 axes) needs 6 x 0.0156 = 0.094 < 0.05: never a claim, and said so."""
+    dirs = [_model(tmp_path, n, x=x, y=y) for n, x, y in (("A", 0.1, 0.9), ("B", 0.3, 0.2), ("C", 0.5, 0.4))]
+    code, out, err = run_cli(["compare", *map(str, dirs)], capsys)
+    assert code == 0, err
+    act = compare_evaluations(load_sources(dirs, last_only=True))["axes"]["activation"]
+    assert {f["verdict"] for f in act["flips"]} == {"not enough groups to test"}
+    assert not any(f["robust"] for f in act["flips"])
+    assert "2 rank flip(s) in the means: not enough groups to test whether any is robust" in out
 
 
 def test_no_flip_when_the_orders_agree(tmp_path, capsys):
@@ -280,4 +298,6 @@ def test_headline_claims_only_robust_flips(tmp_path, capsys):
     d = _model(tmp_path, "D", x=0.3, y=0.2)
     code, out, err = run_cli(["compare", str(c), str(d), "--axis", "activation"], capsys)
     assert code == 0, err
-    assert "1 rank flip(s), 1 robust: which entry is best depends on the variant set." in out
+    # C is first on setX and D on setY, and their flip is robust: the top entry changes.
+    assert ("1 rank flip(s) in the means, 1 robust (paired tests on both sets, Holm-corrected over the 1 flips that "
+            "could occur): the best entry depends on the set: C is first on 'setX', D on 'setY' (activation).") in out

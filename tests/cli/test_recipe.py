@@ -289,6 +289,9 @@ def test_override_values_are_yaml():
 def test_override_creates_a_missing_section():
     recipe = load_recipe(DEMO, ["--early_stopping.metric=sago/typo/activation"])
     assert recipe.early_stopping is not None and recipe.early_stopping.metric == "sago/typo/activation"
+    # accuracy, a guard against forgetting, is accepted here; whether the set scores it is checked at train start
+    recipe = load_recipe(DEMO, ["--early_stopping.metric=sago/typo/accuracy", "--early_stopping.reference_step=10"])
+    assert recipe.early_stopping.metric == "sago/typo/accuracy" and recipe.early_stopping.reference_step == 10
 
 
 @pytest.mark.parametrize(

@@ -66,3 +66,20 @@ def test_a_constant_axis_is_one_line_not_a_row():
     text = console.export_text()
     assert "  mirroring: constant at 0.000 (left out of the tables and plots)\n" in text
     assert text.split("Findings")[0].count("mirroring") == 1  # no row in the set, kind or reliability tables
+
+
+def test_user_text_is_never_markup_and_never_acts_on_the_terminal():
+    """A kind '[/bold]' failed the table after the whole evaluation; ESC/OSC sequences in ids cleared the screen
+    or retitled the terminal."""
+    import io
+
+    from sago_train.functional.formatting import printable, user_text
+
+    hostile = "kind [/bold] m[/x] \x1b[2J\x1b]0;title\x07 \u202eevil \\"
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(f"[bold]{user_text(hostile)}[/bold]")
+    shown = buf.getvalue().rstrip("\n")
+    assert shown == printable(hostile)
+    assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
+    assert shown == "kind [/bold] m[/x] \\x1b[2J\\x1b]0;title\\x07 \\u202eevil \\"
+    assert printable("plain ünïcode text") == "plain ünïcode text"

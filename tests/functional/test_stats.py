@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from sago_train.functional import stats
+from sago_train.functional import stats, verdict_rule
 from sago_train.functional.relations import (
     Correlation,
     KindEffect,
@@ -503,7 +503,7 @@ def test_to_dict_and_to_jsonable_are_plain_json():
 
 def test_min_groups_is_where_an_exact_one_sided_wilcoxon_can_reach_alpha():
     for alpha in (0.05, 0.01, 0.2):
-        n = stats.min_groups(alpha)
+        n = verdict_rule.min_groups(alpha)
         # n pairs all on one side: scipy's exact p is 2**-n; one pair fewer cannot get below alpha.
         assert sps.wilcoxon(np.arange(1.0, n + 1), alternative="greater").pvalue < alpha
         assert sps.wilcoxon(np.arange(1.0, n), alternative="greater").pvalue >= alpha
@@ -512,7 +512,7 @@ def test_min_groups_is_where_an_exact_one_sided_wilcoxon_can_reach_alpha():
 def test_verdict_needs_the_wilcoxon_and_the_ci_to_agree():
     from .._helpers import verdict_case as case
 
-    v = stats.paired_verdict(case.before(), case.after(), seed=0)
+    v = verdict_rule.paired_verdict(case.before(), case.after(), seed=0)
     d = case.DIFF
     # The numbers against scipy and a brute-force bootstrap: Wilcoxon says "worse", the CI spans 0.
     assert v.p_worse == pytest.approx(sps.wilcoxon(d, alternative="greater").pvalue, rel=1e-12)
@@ -523,39 +523,66 @@ def test_verdict_needs_the_wilcoxon_and_the_ci_to_agree():
     assert lo < 0 < hi
     assert v.verdict == stats.NO_DIFFERENCE and not v.significant and v.words() == "no significant difference"
     # Shift every difference up: both tests agree, so it is "worse" (= less stable on an instability) ...
-    v = stats.paired_verdict(case.before(), case.before() + 0.05 + 0.01 * np.arange(case.N), seed=0)
+    v = verdict_rule.paired_verdict(case.before(), case.before() + 0.05 + 0.01 * np.arange(case.N), seed=0)
     assert v.verdict == stats.WORSE and v.words() == "less stable" and v.ci_low > 0
     # ... and the same numbers on a higher-is-better quantity are "better".
-    v2 = stats.paired_verdict(case.before(), case.before() + 0.05 + 0.01 * np.arange(case.N), seed=0,
+    v2 = verdict_rule.paired_verdict(case.before(), case.before() + 0.05 + 0.01 * np.arange(case.N), seed=0,
                               higher_is_better=True)
     assert v2.verdict == stats.BETTER and v2.p_better == pytest.approx(v.p_worse)
 
 
 def test_verdict_min_delta_and_too_few_groups():
     before = np.linspace(0.1, 0.5, 20)
-    assert stats.paired_verdict(before, before + 0.01).verdict == stats.WORSE
-    assert stats.paired_verdict(before, before + 0.01, min_delta=0.02).verdict == stats.NO_DIFFERENCE
-    assert stats.paired_verdict(before, before - 0.03, min_delta=0.02).verdict == stats.BETTER
+    assert verdict_rule.paired_verdict(before, before + 0.01).verdict == stats.WORSE
+    assert verdict_rule.paired_verdict(before, before + 0.01, min_delta=0.02).verdict == stats.NO_DIFFERENCE
+    assert verdict_rule.paired_verdict(before, before - 0.03, min_delta=0.02).verdict == stats.BETTER
     # Four groups all worse by a lot: p = 1/16 can never be < 0.05, so it says so (never "no difference").
-    v = stats.paired_verdict(before[:4], before[:4] + 0.3)
+    v = verdict_rule.paired_verdict(before[:4], before[:4] + 0.3)
     assert v.verdict == stats.NOT_ENOUGH and v.n == 4 and "needs >= 5" in v.words()
-    assert stats.paired_verdict(before[:5], before[:5] + 0.3).verdict == stats.WORSE
-    assert stats.paired_verdict([], []).verdict == stats.NOT_ENOUGH
-    same = stats.paired_verdict(before, before)
+    assert verdict_rule.paired_verdict(before[:5], before[:5] + 0.3).verdict == stats.WORSE
+    assert verdict_rule.paired_verdict([], []).verdict == stats.NOT_ENOUGH
+    same = verdict_rule.paired_verdict(before, before)
     assert same.verdict == stats.NO_DIFFERENCE and same.p_worse == same.p_better == 1.0
     with pytest.raises(ValueError, match="alpha"):
-        stats.paired_verdict(before, before, alpha=1.0)
+        verdict_rule.paired_verdict(before, before, alpha=1.0)
     with pytest.raises(ValueError, match="min_delta"):
-        stats.paired_verdict(before, before, min_delta=-0.1)
+        verdict_rule.paired_verdict(before, before, min_delta=-0.1)
 
 
 def test_decide_on_recorded_numbers_treats_missing_as_not_significant():
     # A history line written before the rule had no p_better: never "better", and NaN never significant.
-    assert stats.decide(-0.1, -0.2, -0.05, 0.99, NAN, 20) == stats.NO_DIFFERENCE
-    assert stats.decide(0.1, 0.05, 0.2, 0.01, NAN, 20) == stats.WORSE
-    assert stats.decide(0.1, NAN, NAN, 0.01, 0.99, 20) == stats.NO_DIFFERENCE
+    assert verdict_rule.decide(-0.1, -0.2, -0.05, 0.99, NAN, 20) == stats.NO_DIFFERENCE
+    assert verdict_rule.decide(0.1, 0.05, 0.2, 0.01, NAN, 20) == stats.WORSE
+    assert verdict_rule.decide(0.1, NAN, NAN, 0.01, 0.99, 20) == stats.NO_DIFFERENCE
     # The CI is the 1 - alpha interval: at alpha = 0.05 a p of 0.03 counts only with the CI on the same side.
-    assert stats.decide(0.1, -0.01, 0.2, 0.03, 0.97, 20) == stats.NO_DIFFERENCE
+    assert verdict_rule.decide(0.1, -0.01, 0.2, 0.03, 0.97, 20) == stats.NO_DIFFERENCE
+
+
+def test_worse_verdict_says_worse_exactly_when_the_full_verdict_does():
+    """Early stopping's directed question: the same "worse" as paired_verdict on the same numbers, with the same
+    p and CI when it is worse; the CI (and p_better) are only skipped where they cannot change the answer."""
+    rng = np.random.default_rng(7)
+    seen = set()
+    for case in range(300):
+        n = int(rng.integers(3, 40))
+        before = rng.uniform(0.1, 0.9, n)
+        after = before + rng.normal(rng.choice([-0.05, 0.0, 0.02, 0.05]), rng.choice([0.01, 0.05, 0.2]), n)
+        after[rng.random(n) < 0.1] = NAN
+        kw = dict(higher_is_better=bool(case % 2), alpha=float(rng.choice([0.05, 0.01, 0.002])),
+                  min_delta=float(rng.choice([0.0, 0.0, 0.03])), seed=case)
+        full, fast = verdict_rule.paired_verdict(before, after, **kw), verdict_rule.worse_verdict(before, after, **kw)
+        assert (fast.verdict == stats.WORSE) == (full.verdict == stats.WORSE), (case, full, fast)
+        assert (fast.verdict == stats.NOT_ENOUGH) == (full.verdict == stats.NOT_ENOUGH)
+        assert fast.n == full.n and fast.mean_diff == pytest.approx(full.mean_diff, nan_ok=True)
+        if fast.verdict == stats.WORSE:
+            assert (fast.p_worse, fast.ci_low, fast.ci_high) == (full.p_worse, full.ci_low, full.ci_high)
+        elif fast.verdict != stats.NOT_ENOUGH:
+            assert fast.verdict == stats.NOT_WORSE and math.isnan(fast.p_better)
+        seen.add((full.verdict, fast.verdict))
+    # Every branch was met: worse, better (not worse here), no difference, too few groups.
+    assert {stats.WORSE, stats.BETTER, stats.NO_DIFFERENCE, stats.NOT_ENOUGH} <= {full for full, _ in seen}
+    with pytest.raises(ValueError, match="same groups"):
+        verdict_rule.worse_verdict([0.1, 0.2], [0.1])
 
 
 def _ratio_ci_reference(num, den, n_resamples, seed, confidence=0.95):

@@ -386,8 +386,12 @@ def test_early_stopping_triggers_on_crafted_regression(tmp_path):
     tr = drifting_trainer(tmp_path, 0.12, stopper)
     tr.train()
     assert tr.state.global_step < 8
-    assert stopper.stopped_step == tr.state.global_step and "worse than the best" in stopper.reason
-    assert [d["verdict"] for d in stopper.decisions][-2:] == ["worse (1/2)", "worse (2/2)"]
+    assert stopper.stopped_step == tr.state.global_step and "worse than the reference" in stopper.reason
+    # The baseline is left out; steps 1-2 are the reference, 3 opens the window, 4 is the first look.
+    assert [d["verdict"] for d in stopper.decisions][:4] == [
+        "baseline (never the best: no checkpoint; not in the reference)", "reference (1/2)", "reference (2/2)",
+        "window (1/2)"]
+    assert stopper.decisions[-1]["verdict"] == "worse" and stopper.looks == 5  # 8 evaluations after the baseline
 
 
 class _Noise(TrainerCallback):
@@ -417,16 +421,16 @@ def _noisy_trainer(tmp_path, stopper, sigma=3.0, steps=10):
 def test_early_stopping_ignores_noise(tmp_path):
     """The audit found this test trained with learning rate 0 and no noise, so every evaluation was identical
     and any rule would pass. Here evaluations differ by real, trendless noise: a mean-only rule stops, the
-    paired test does not."""
+    paired rule does not (its run-level false-stop rate is measured in tests/benchmarks)."""
     stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, alpha=0.05)
     tr = _noisy_trainer(tmp_path / "paired", stopper)
     tr.train()
     means = [d["mean"] for d in stopper.decisions]
     assert len(means) == 11 and (max(means) - min(means)) / min(means) > 0.05  # the evaluations really differ
-    assert sum(d["verdict"] != "best" and d.get("delta", 0) > 0 for d in stopper.decisions) >= 3  # worse in the mean
+    looks = [d for d in stopper.decisions if "look" in d]
+    assert len(looks) == stopper.looks == 7  # 10 evaluations after the baseline: 2 + 2 fill the reference and window
     assert tr.state.global_step == 10 and stopper.stopped_step is None
-    verdicts = [d["verdict"] for d in stopper.decisions]
-    assert not any(a.startswith("worse") and b.startswith("worse") for a, b in zip(verdicts, verdicts[1:]))
+    assert not any(d["verdict"] == "worse" for d in stopper.decisions)
     # The same noise stops a rule that compares means only: the noise is large enough to matter.
     naive = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, mode="threshold")
     tr = _noisy_trainer(tmp_path / "threshold", naive)

@@ -1,5 +1,6 @@
 """A model that forgets its task reads as more stable (a consistently wrong model is perfectly stable): the
-callback must say so, with an accuracy verdict beside every stability verdict, in the log and in the history.
+callback must say so, with an accuracy verdict beside every stability verdict, in the log and in the history;
+``compare`` of its checkpoints and ``report`` of the run must say it too (docs/accuracy.md).
 
 Built on the shipped tiny model, which knows capitals: fine-tuned to answer " Brum." to every capital prompt
 ("The capital of France is Brum."), its capitals accuracy falls while its generations agree more."""
@@ -12,12 +13,15 @@ import logging
 import pytest
 
 from sago_train import SAGOCallback, StabilityConfig, StabilityTrainer, bundled_sets, load_tiny_model
+from sago_train.functional.wording import CONSISTENTLY_WRONG
+
+from .._helpers.results_dirs import run_cli
 
 SET = "paraphrase"
 
 
 @pytest.mark.slow
-def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog):
+def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog, capsys):
     from transformers import TrainingArguments
 
     model, tok = load_tiny_model()
@@ -56,3 +60,27 @@ def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog):
     assert "accuracy" in change[0] and "less accurate (p" in change[0]
     summary = [m for m in messages if m.startswith(f"  set '{SET}': ")]
     assert len(summary) == 1 and "accuracy" in summary[0] and "-> final" in summary[0]
+    # compare of the two checkpoints: the forgetting one ranks first on generation, with its accuracy beside
+    # it and the line that says it is less accurate than the untrained one.
+    from sago_train.analysis.compare import compare_evaluations, load_sources
+
+    first, untrained = f"{tmp_path.name}@40", f"{tmp_path.name}@0"
+    result = compare_evaluations(load_sources([f"{tmp_path}@0", f"{tmp_path}@40"], last_only=True))
+    assert result["axes"]["generation"]["ranks"][SET][first] == 1
+    scores = result["accuracy"]["scores"][SET]
+    assert scores[first]["accuracy"]["mean"] == pytest.approx(after)
+    assert scores[untrained]["accuracy"]["mean"] == pytest.approx(before)
+    check = next(c for c in result["accuracy"]["checks"] if c["axis"] == "generation")
+    assert (check["first"], check["other"], check["words"]) == (first, untrained, CONSISTENTLY_WRONG)
+    assert check["accuracy"]["p_worse"] == pytest.approx(acc["p_value"])  # the history's test, same numbers
+    code, out, err = run_cli(["compare", f"{tmp_path}@0", f"{tmp_path}@40"], capsys)
+    assert code == 0, err
+    assert f"generation: {first} ranks first but is less accurate than {untrained}" in " ".join(out.split())
+    # report of the run: the change since the baseline says both, and warns.
+    code, out, err = run_cli(["report", str(tmp_path)], capsys)
+    assert code == 0, err
+    md = (tmp_path / "sago" / "report" / "report.md").read_text()
+    since = md[md.index("### Change since the baseline"):md.index("## Per-group")]
+    rows = {line.split(" | ")[2]: line for line in since.splitlines() if line.startswith(f"| {tmp_path.name} | {SET} |")}
+    assert rows["generation"].endswith(f"| {CONSISTENTLY_WRONG} |") and rows["accuracy"].endswith("| less accurate |")
+    assert f"**Warning**: accuracy of `{tmp_path.name}` on set `{SET}` fell significantly since the baseline" in md

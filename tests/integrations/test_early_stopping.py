@@ -1,4 +1,5 @@
-"""SAGOEarlyStoppingCallback: decisions on crafted snapshots, errors, and state that survives resume."""
+"""SAGOEarlyStoppingCallback: decisions on crafted snapshots, errors, the plan's levels, accuracy as a guard, and
+state that survives resume. Its run-level false-stop rate is measured in tests/benchmarks/test_sim_early_stopping.py."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback, SagoInputError
@@ -31,14 +33,23 @@ def feed(cb, snapshots, args=None, best_global_step=None):
     return None
 
 
-def test_stops_after_patience_significant_regressions():
+def test_stops_when_the_window_is_worse_than_the_reference():
+    """Issue #24: the rule compares the per-group mean of the latest `patience` evaluations (the window) with that
+    of the first `patience` (the reference), not each evaluation with the best so far (which used to stop here at
+    step 3, after two evaluations worse than step 1)."""
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.4, 40)
     cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=2, alpha=0.05)
     stopped = feed(cb, [snap(1, base), snap(2, base + 0.05), snap(3, base + 0.08), snap(4, base + 0.1)])
-    assert stopped == 3
-    assert [d["verdict"] for d in cb.decisions] == ["best", "worse (1/2)", "worse (2/2)"]
-    assert "sago/s/activation" in cb.reason and "step 1" in cb.reason
+    assert stopped == 4
+    assert [d["verdict"] for d in cb.decisions] == ["reference (1/2)", "reference (2/2)", "window (1/2)", "worse"]
+    last = cb.decisions[-1]
+    assert last["delta"] == pytest.approx(0.09 - 0.025) and last["n"] == 40 and last["look"] == 1
+    diff = np.mean([base + 0.08, base + 0.1], axis=0) - np.mean([base, base + 0.05], axis=0)  # window - reference
+    assert last["p_value"] == pytest.approx(sps.wilcoxon(diff, alternative="greater").pvalue)
+    assert last["p_value"] < last["level"] < 0.05
+    assert "sago/s/activation" in cb.reason and "steps 3-4" in cb.reason and "steps 1-2" in cb.reason
+    assert cb.best_step == 1  # the best is still kept (what the Trainer would pick), but not compared with
 
 
 def test_noise_does_not_stop_paired_but_does_stop_threshold():
@@ -58,11 +69,19 @@ def test_min_delta_guards_tiny_but_significant_changes():
     assert feed(cb, [snap(3, base + 0.2)]) == 3
 
 
-def test_improvement_resets_counter():
+def test_threshold_improvement_resets_counter():
     base = np.linspace(0.2, 0.4, 30)
-    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=2)
+    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=2, mode="threshold")
     assert feed(cb, [snap(1, base), snap(2, base + 0.1), snap(3, base - 0.05), snap(4, base + 0.1 - 0.05)]) is None
     assert cb.counter == 1 and cb.best_step == 3
+
+
+def test_paired_window_back_at_the_reference_level_does_not_stop():
+    """A rise then a return: the window of the last two is no worse than the reference, whatever the best was."""
+    base = np.linspace(0.2, 0.4, 30)
+    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=2)
+    assert feed(cb, [snap(1, base), snap(2, base), snap(3, base + 0.1), snap(4, base - 0.1), snap(5, base)]) is None
+    assert [d["verdict"] for d in cb.decisions][3:] == ["not significantly worse"] * 2
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -72,6 +91,7 @@ def test_improvement_resets_counter():
     ({"metric": "sago/s/activation", "min_delta": float("nan")}, "finite"),
     ({"metric": "sago/s/activation", "mode": "pared"}, "Did you mean 'paired'"),
     ({"metric": "sago/s/activation", "exclude_baseline": "yes"}, "true or false"),
+    ({"metric": "sago/s/activation", "reference_step": -1}, "integer >= 0"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(SagoInputError, match=match):
@@ -89,15 +109,21 @@ def test_unknown_set_or_axis_is_clear():
 
 def test_state_round_trips_through_json_like_transformers_restores_it():
     base = np.linspace(0.2, 0.4, 30)
-    cb = SAGOEarlyStoppingCallback("eval_sago/s/activation", patience=3, alpha=0.1, min_delta=0.01)
-    feed(cb, [snap(1, base), snap(2, base + 0.1)])
+    cb = SAGOEarlyStoppingCallback("eval_sago/s/activation", patience=2, alpha=0.1, min_delta=0.01,
+                                   reference_step=1)
+    cb.plan(30, list(range(0, 11)))
+    feed(cb, [snap(1, base), snap(2, base), snap(3, base + 0.1)])
     state = json.loads(json.dumps(cb.state()))
     restored = type(cb)(**state["args"])  # what Trainer._load_callback_state does
     for k, v in state["attributes"].items():
         setattr(restored, k, v)
-    assert restored.counter == cb.counter == 1
+    assert restored.reference == cb.reference and restored.window == cb.window and len(cb.window) == 1
+    assert restored.looks == cb.looks == 7 and restored.reference_step == 1
     assert restored.best_values == cb.best_values and restored.metric == cb.metric
-    assert feed(restored, [snap(3, base + 0.1), snap(4, base + 0.1)]) == 4
+    restored.plan(30, list(range(4, 11)))  # no look has spent alpha yet: re-planned on what is left, the same 7
+    assert restored.looks == 7
+    assert feed(restored, [snap(4, base + 0.1)]) == 4
+    assert restored.decisions[-1]["level"] == pytest.approx(0.1 / 7)
 
 
 @pytest.mark.slow
@@ -111,8 +137,9 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
     saved = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     cb_state = saved["stateful_callbacks"]["SAGOEarlyStoppingCallback"]
     assert cb_state["args"]["metric"] == "sago/num/activation"
-    counter_at_4 = cb_state["attributes"]["counter"]
-    assert counter_at_4 >= 2  # the drift made steps 1..4 worse than the best
+    reference_at_4 = cb_state["attributes"]["reference"]
+    assert [e["step"] for e in reference_at_4] == [1, 2, 3, 4]  # patience 50: still building the reference
+    assert cb_state["attributes"]["looks"] == 0  # 8 evaluations can never fill a reference and a window of 50
 
     stopper2 = SAGOEarlyStoppingCallback("sago/num/activation", patience=50)
     tr2 = drifting_trainer(out, 0.12, stopper2)
@@ -121,7 +148,7 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
 
     def peek(args, state, control, **kw):
         restored = [c for c in tr2.callback_handler.callbacks if isinstance(c, SAGOEarlyStoppingCallback)]
-        seen["counter"] = restored[0].counter
+        seen["reference"] = json.loads(json.dumps(restored[0].reference))  # a copy: the list grows afterwards
         seen["best_step"] = restored[0].best_step
 
 
@@ -129,11 +156,13 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
     hook.on_train_begin = peek
     tr2.add_callback(hook)
     tr2.train(resume_from_checkpoint=str(out / "checkpoint-4"))
-    assert seen == {"counter": counter_at_4, "best_step": cb_state["attributes"]["best_step"]}
+    assert seen == {"reference": reference_at_4, "best_step": cb_state["attributes"]["best_step"]}
+    assert [e["step"] for e in stopper2.reference] == [1, 2, 3, 4, 5, 6, 7, 8]  # the resumed run went on
 
 
 def test_the_baseline_is_never_the_best_by_default():
-    """Issue 13: the stopper's best was the step-0 baseline while the Trainer's best checkpoint was step 10."""
+    """Issue 13: the stopper's best was the step-0 baseline while the Trainer's best checkpoint was step 10. The
+    baseline is not in the reference either, unless exclude_baseline=False (then it is the reference)."""
     base = np.linspace(0.2, 0.4, 30)
     cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=1)
     assert feed(cb, [snap(0, base), snap(10, base + 0.05)]) is None  # worse than the baseline, but no stop
@@ -145,16 +174,15 @@ def test_the_baseline_is_never_the_best_by_default():
 def test_wilcoxon_alone_does_not_make_worse():
     """The constructed disagreement (Wilcoxon p = 0.017, CI spanning 0) is not a regression, as in report and
     compare; the decision records scipy's p and the interval."""
-    from scipy import stats as sps
-
     from .._helpers import verdict_case as case
 
     cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=1, alpha=0.05)
+    cb.plan(case.N, [1, 2, 3])  # two looks, each at 0.025: the Wilcoxon p (0.017) alone would pass
     assert feed(cb, [snap(1, case.before()), snap(2, case.after())]) is None
     d = cb.decisions[-1]
     assert d["verdict"] == "not significantly worse" and cb.counter == 0
     assert d["p_value"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
-    assert d["p_value"] < 0.05 and d["ci_low"] < 0 < d["ci_high"]
+    assert d["p_value"] < d["level"] == 0.025 and d["ci_low"] < 0 < d["ci_high"]
     # The same change moved up so that the CI clears 0 does stop.
     assert feed(cb, [snap(3, case.before() + 0.1)]) == 3
 
@@ -182,7 +210,9 @@ def test_follows_the_trainers_best_with_load_best_model_at_end():
     feed(cb, [snap(3, base - 0.05)], args=args, best_global_step=2)  # the Trainer saved 2; 3 is SAGO-only
     assert cb.best_step == 2 and cb.candidate["step"] == 3
     feed(cb, [snap(4, base + 0.05)], args=args, best_global_step=2)  # the Trainer never made 3 its best
-    assert cb.best_step == 2 and cb.decisions[-1]["verdict"] == "worse (1/5)"
+    assert cb.best_step == 2
+    # The paired rule does not compare with the best: steps 2, 3 and 4 build its reference (the baseline is not in it).
+    assert [d["verdict"] for d in cb.decisions][1:] == ["reference (1/5)", "reference (2/5)", "reference (3/5)"]
     other = TrainingArguments(output_dir="/tmp/unused", report_to=[], load_best_model_at_end=True,
                               metric_for_best_model="eval_loss", eval_strategy="steps", save_strategy="steps")
     assert not cb.follows_trainer(other)
@@ -275,7 +305,7 @@ def test_following_the_trainer_refuses_a_trainer_that_ranks_the_other_way():
 
 def test_evaluations_without_the_watched_axis_do_not_count():
     """With generation_every > 1, an evaluation that skipped the watched generation axis makes no decision: the
-    worse-counter only counts the evaluations that have the axis (here it stops on the 2nd worse one)."""
+    reference and the window hold only evaluations that have the axis (here the window fills at step 8)."""
 
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.4, 40)
@@ -286,7 +316,8 @@ def test_evaluations_without_the_watched_axis_do_not_count():
     # From step 1: a step-0 evaluation is the baseline, never the best (exclude_baseline).
     feed_seq = [(1, base, "generation", complete), (2, base, "activation", partial),
                 (3, base + 0.1, "generation", complete), (4, base, "activation", partial),
-                (5, base, "activation", partial), (6, base + 0.1, "generation", complete)]
+                (5, base, "activation", partial), (6, base + 0.1, "generation", complete),
+                (7, base, "activation", partial), (8, base + 0.1, "generation", complete)]
     stopped = None
     for step, values, axis, skipped in feed_seq:
         ev = snap(step, values, axis=axis)
@@ -295,37 +326,154 @@ def test_evaluations_without_the_watched_axis_do_not_count():
         if control.should_training_stop:
             stopped = step
             break
-    assert stopped == 6
-    assert [d["step"] for d in cb.decisions] == [1, 3, 6]
-    assert [d["verdict"] for d in cb.decisions] == ["best", "worse (1/2)", "worse (2/2)"]
+    assert stopped == 8
+    assert [d["step"] for d in cb.decisions] == [1, 3, 6, 8]
+    assert [d["verdict"] for d in cb.decisions] == ["reference (1/2)", "reference (2/2)", "window (1/2)", "worse"]
+    assert cb.decisions[-1]["delta"] == pytest.approx(0.05)  # the window (0.1, 0.1) against the reference (0, 0.1)
     # an axis missing from a complete evaluation is still an error, never skipped silently
     with pytest.raises(SagoInputError, match="not computed"):
-        cb.on_sago_evaluate(args, TrainerState(global_step=7), TrainerControl(), result=complete,
-                            evaluation=snap(7, base, axis="activation"))
+        cb.on_sago_evaluate(args, TrainerState(global_step=9), TrainerControl(), result=complete,
+                            evaluation=snap(9, base, axis="activation"))
 
 
-def test_too_few_groups_is_warned_before_training(caplog):
-    """max_groups below what a paired test needs is said when the callback checks its listeners (train start),
-    not at the first comparison (which may be the end of training); said once, and not for enough groups."""
+def _planned(size: int, cap: int, stopper, max_steps: int = 10):
+    """What SAGOCallback.on_train_begin runs before its baseline: its listeners' checks, with the plan of a
+    run that evaluates every step up to max_steps."""
     from sago_train import SAGOCallback
     from sago_train.data import VariantSet
 
-    for cap, size, warned in [(4, 8, True), (0, 4, True), (5, 8, False), (0, 8, False)]:
-        sago = SAGOCallback({"s": VariantSet.from_records(
-            [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(size)], "s")}, eval_steps=1, max_groups=cap)
-        stop = SAGOEarlyStoppingCallback("sago/s/activation", patience=1)
-        sago.add_listener(stop)
-        caplog.clear()
-        n = min(size, cap) if cap else size
-        with caplog.at_level("WARNING", logger="sago_train"):
-            sago._check_listeners()  # what on_train_begin runs
-            assert caplog.text.count("can never be called worse") == int(warned), (cap, size)
-            stop.warn_if_too_few_groups(n)  # a second call says nothing more
-        assert caplog.text.count("can never be called worse") == int(warned), (cap, size)
-        if warned:
-            assert f"on {n} group(s) per evaluation, and a paired test at alpha 0.05 needs >= 5" in caplog.text
-    threshold = SAGOEarlyStoppingCallback("sago/s/activation", mode="threshold")
+    sago = SAGOCallback({"s": VariantSet.from_records(
+        [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(size)], "s")}, eval_steps=1, max_groups=cap)
+    sago.add_listener(stopper)
+    sago._check_listeners(TrainingArguments(output_dir="/tmp/unused", report_to=[]), TrainerState(max_steps=max_steps))
+    return stopper
+
+
+def test_a_level_the_groups_cannot_reach_is_refused_at_train_start(caplog):
+    """Issue #24: each look is tested at alpha / looks; a one-sided Wilcoxon p on n groups is at least 2^-n, so a
+    level below it could never stop training. Refused before any evaluation, with the number of groups needed."""
+    # 10 evaluations after the baseline, patience 1: the first is the reference, 9 looks at 0.0056 (8 groups).
+    assert _planned(8, 0, SAGOEarlyStoppingCallback("sago/s/activation", patience=1)).looks == 9
+    with pytest.raises(SagoInputError, match=r"level 0.00556 .* on 7 group\(s\) can never reach .* needs >= 8 groups") as err:
+        _planned(8, 7, SAGOEarlyStoppingCallback("sago/s/activation", patience=1))  # max_groups=7
+    assert err.value.key == "max_groups"
+    with pytest.raises(SagoInputError, match="needs >= 11 groups"):  # 99 looks at 0.000505
+        _planned(8, 0, SAGOEarlyStoppingCallback("sago/s/activation", patience=1), max_steps=100)
+    # patience 3 on the same run: the reference and the window take 6 evaluations, 5 looks at 0.01 (7 groups).
+    assert _planned(7, 0, SAGOEarlyStoppingCallback("sago/s/activation", patience=3)).looks == 5
+    # Too few evaluations for any look: said, not refused.
     caplog.clear()
     with caplog.at_level("WARNING", logger="sago_train"):
-        threshold.warn_if_too_few_groups(2)  # means only: no paired test, nothing to warn about
-    assert "can never be called worse" not in caplog.text
+        assert _planned(8, 0, SAGOEarlyStoppingCallback("sago/s/activation", patience=6)).looks == 0
+    assert "can never stop training" in caplog.text and "need 12" in caplog.text
+    # threshold mode has no paired test to refuse, but says once that it has no error control.
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sago_train"):
+        stop = _planned(2, 0, SAGOEarlyStoppingCallback("sago/s/activation", mode="threshold"))
+        stop.on_train_begin(TrainingArguments(output_dir="/tmp/unused", report_to=[]), TrainerState(), TrainerControl())
+    assert caplog.text.count("no error control") == 1
+
+
+def test_without_a_plan_the_levels_spend_alpha_over_any_number_of_looks(caplog):
+    """The automatic cadence plans no number of evaluations: look k gets alpha * 10 / ((k + 9)(k + 10)), whose sum
+    over every look is alpha; a group count that reaches only the first looks is said at train start."""
+    from sago_train import SAGOCallback
+    from sago_train.data import VariantSet
+
+    sago = SAGOCallback({"s": VariantSet.from_records(
+        [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(8)], "s")}, max_groups=0)
+    stop = SAGOEarlyStoppingCallback("sago/s/activation", patience=1)
+    sago.add_listener(stop)
+    with caplog.at_level("WARNING", logger="sago_train"):
+        sago._check_listeners(TrainingArguments(output_dir="/tmp/unused", report_to=[]), TrainerState(max_steps=10))
+    assert stop.looks is None and "from look 2 on" in caplog.text
+    assert [round(stop.level(k), 6) for k in (1, 2, 10)] == [round(0.05 * 10 / ((k + 9) * (k + 10)), 6)
+                                                            for k in (1, 2, 10)]
+    assert sum(stop.level(k) for k in range(1, 200_000)) == pytest.approx(0.05, rel=1e-4)
+    with pytest.raises(SagoInputError, match="needs >= 8 groups"):
+        stop.plan(7, None)
+
+
+def test_plan_counts_only_the_evaluations_the_rule_uses():
+    """The baseline (exclude_baseline), evaluations before reference_step, and those without the watched
+    quantity (generation_every) are no looks."""
+    steps = list(range(0, 11))  # the baseline and 10 evaluations
+    cases = [({}, 7), ({"exclude_baseline": False}, 8), ({"reference_step": 5}, 3), ({"reference_step": 9}, 0)]
+    for kwargs, looks in cases:
+        stop = SAGOEarlyStoppingCallback("sago/s/activation", patience=2, **kwargs)
+        stop.plan(64, steps)
+        assert stop.looks == looks, kwargs
+    from sago_train.integrations.options import MonitorOptions
+    from sago_train.integrations.schedule import Schedule
+
+    schedule = Schedule(MonitorOptions(eval_steps=10, generation_every=4))
+    args = TrainingArguments(output_dir="/tmp/unused", report_to=[])
+    state = TrainerState(max_steps=95)
+    assert schedule.planned_steps(args, state, done=0) == [0, *range(10, 91, 10), 95]
+    assert schedule.planned_steps(args, state, done=0, complete_only=True) == [0, 40, 80, 95]
+    assert schedule.planned_steps(args, TrainerState(max_steps=95, global_step=40), done=5) == [50, 60, 70, 80, 90, 95]
+    assert Schedule(MonitorOptions()).planned_steps(args, state, done=0) is None  # the automatic cadence
+    # Following the Trainer's evaluations: every eval_steps (a fraction of max_steps too), or each epoch's end.
+    follow = Schedule(MonitorOptions())
+    for targs in (TrainingArguments(output_dir="/tmp/unused", report_to=[], eval_strategy="steps", eval_steps=25),
+                  TrainingArguments(output_dir="/tmp/unused", report_to=[], eval_strategy="steps", eval_steps=0.25),
+                  TrainingArguments(output_dir="/tmp/unused", report_to=[], eval_strategy="epoch")):
+        state = TrainerState(max_steps=100, num_train_epochs=4)
+        assert follow.planned_steps(targs, state, done=0) == [0, 25, 50, 75, 100], targs.eval_strategy
+
+
+def test_reference_step_leaves_earlier_evaluations_out():
+    base = np.linspace(0.2, 0.4, 30)
+    cb = SAGOEarlyStoppingCallback("sago/s/activation", patience=1, reference_step=3)
+    assert feed(cb, [snap(1, base + 0.5), snap(2, base + 0.5), snap(3, base), snap(4, base + 0.1)]) == 4
+    assert [d["verdict"] for d in cb.decisions][:3] == ["before the reference step (3)"] * 2 + ["reference (1/1)"]
+
+
+def _accuracy_snap(step: int, p_right, rng, k: int = 4):
+    """An evaluation whose groups answer each of their k variants right with probability p_right (per group)."""
+    from sago_train.results.group import GroupRecord
+    from sago_train.results.sets import SetEvaluation
+
+    groups = [GroupRecord(f"g{i}", axes={"activation": 0.3}, correct=[bool(x) for x in rng.random(k) < p])
+              for i, p in enumerate(p_right)]
+    return Evaluation({"s": SetEvaluation.from_groups("s", ["activation"], groups, n_bootstrap=20)}, step=step)
+
+
+def test_accuracy_is_watched_higher_is_better():
+    """Accuracy as a guard against forgetting: falling accuracy stops, flat or rising accuracy does not (its
+    direction comes from the axis registry). A stability stopper beside it, on the same evaluations, does not
+    stop: two instances, each with its own metric."""
+    rng = np.random.default_rng(3)
+    p_right = rng.uniform(0.6, 0.95, 48)
+    shifts = {"falling": [0.0] * 4 + [-0.3] * 6, "flat": [0.0] * 10, "rising": [0.0] * 4 + [0.3] * 6}
+    for name, shift in shifts.items():
+        guard = SAGOEarlyStoppingCallback("sago/s/accuracy", patience=2)
+        stability = SAGOEarlyStoppingCallback("sago/s/activation", patience=2)
+        for stop in (guard, stability):
+            stop.plan(48, list(range(1, 11)))
+        evs = [_accuracy_snap(t + 1, np.clip(p_right + shift[t], 0, 1), rng) for t in range(10)]
+        stopped = feed(guard, evs)
+        assert (stopped is not None) == (name == "falling"), (name, guard.decisions[-1])
+        assert feed(stability, evs) is None
+        if name == "falling":
+            assert stopped >= 5 and guard.decisions[-1]["delta"] > 0.1 and "accuracy" in guard.reason
+
+
+def test_accuracy_target_is_checked_at_train_start():
+    """sago/<set>/accuracy is accepted before training on a set with references, refused on one without."""
+    from sago_train import SAGOCallback
+    from sago_train.data import VariantSet
+
+    from .._helpers.trainer import variant_set
+
+    args, state = TrainingArguments(output_dir="/tmp/unused", report_to=[]), TrainerState(max_steps=10)
+    sago = SAGOCallback(variant_set(n=16), eval_steps=1)
+    stop = SAGOEarlyStoppingCallback("sago/num/accuracy", patience=1)
+    sago.add_listener(stop)
+    sago._check_listeners(args, state)
+    assert stop.looks == 2  # accuracy needs generation: complete evaluations are 0, 4, 8 and 10 (generation_every=4)
+    bare = SAGOCallback({"s": VariantSet.from_records([{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]}
+                                                       for i in range(16)], "s")}, eval_steps=1)
+    bare.add_listener(SAGOEarlyStoppingCallback("sago/s/accuracy"))
+    with pytest.raises(SagoInputError, match="not computed"):
+        bare._check_listeners(args, state)

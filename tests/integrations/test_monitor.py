@@ -78,3 +78,36 @@ def test_vs_baseline_and_vs_best_follow_the_one_rule():
     small.observe(ev(0, case.before()[:4]))
     assert small.compare(ev(1, case.before()[:4] + 0.1))["s"]["activation"]["vs_baseline"]["verdict"] == \
         stats.NOT_ENOUGH
+
+
+def _worst_kind_rates(reps: int, n: int = 20, n_kinds: int = 6) -> dict[str, float]:
+    """Share of "worse" verdicts on ``accuracy_worst_kind`` between two evaluations of the same model (equally
+    hard kinds, every variant right with p = 0.6): by the monitor (the kind chosen on both), by the kind that is
+    worst in the later evaluation alone, and at a kind fixed in advance."""
+    from sago_train.integrations.monitor import paired_change
+
+    from .._helpers.forgetting import SET, evaluation
+
+    worse = {"monitor": 0, "worst now": 0, "fixed kind": 0}
+    q = "accuracy_worst_kind"
+    for rep in range(reps):
+        kinds = [f"k{i}" for i in range(n_kinds)]
+        before = evaluation(0, 0.6, np.full(n, 0.3), seed=2 * rep, n_bootstrap=20, kinds=kinds)
+        after = evaluation(5, 0.6, np.full(n, 0.3), seed=2 * rep + 1, n_bootstrap=20, kinds=kinds)
+        worse["monitor"] += paired_change(before, after, SET, q).verdict == stats.WORSE
+        for name, kind in (("worst now", after.sets[SET].worst_kind), ("fixed kind", "k0")):
+            v = axis_verdict(q, before.sets[SET].group_values(q, worst_kind=kind),
+                             after.sets[SET].group_values(q, worst_kind=kind))
+            worse[name] += v.verdict == stats.WORSE
+    return {k: v / reps for k, v in worse.items()}
+
+
+@pytest.mark.slow
+def test_worst_kind_verdict_keeps_its_level_by_simulation():
+    """The worst kind is chosen on both evaluations (results.sets.paired_worst_kind): under no change its
+    "less accurate" verdict stays at the rule's level, like a kind fixed in advance, where the kind that is worst
+    now alone (the monitor's earlier choice) said "worse" well above 5% (selected for its bad luck)."""
+    rates = _worst_kind_rates(300)
+    bound = 0.05 + 2 * np.sqrt(0.05 * 0.95 / 300)
+    assert rates["monitor"] <= bound and rates["fixed kind"] <= bound, rates
+    assert rates["worst now"] > bound and rates["worst now"] > 2 * rates["monitor"], rates

@@ -91,3 +91,63 @@ def test_accuracy_series_and_score_carry_the_recorded_ci(tmp_path):
         (0, {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8, "n": 5}), (2, {"mean": 0.5, "ci_low": None, "ci_high": None,
                                                                            "n": 5})]
     assert run.evaluation(0).score("s", "accuracy").to_dict() == {"mean": 0.6, "ci_low": 0.4, "ci_high": 0.8, "n": 5}
+
+
+def test_many_corrupt_history_lines_are_summarized_after_the_first_few(tmp_path, caplog):
+    """300,000 corrupt lines printed 300,000 warnings; now MAX_REPEATED_WARNINGS of them and one count."""
+    from sago_train.limits import MAX_REPEATED_WARNINGS
+
+    result = _result()
+    result.step = 0
+    store.write_history(tmp_path, [result.to_history_line()])
+    with open(layout.history_path(tmp_path), "a") as f:
+        f.write("{torn\n" * 25)
+    with caplog.at_level("WARNING", logger="sago_train"):
+        history = store.read_history(tmp_path)
+    assert len(history.entries) == 1 and history.n_skipped == 25 and len(history.skipped) == MAX_REPEATED_WARNINGS
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == MAX_REPEATED_WARNINGS + 1
+    assert warnings[-1].startswith(f"sago: ... and {25 - MAX_REPEATED_WARNINGS:,} more corrupt lines in ")
+
+
+def test_overwrite_sets_aside_under_a_new_name_each_time(tmp_path, monkeypatch):
+    from sago_train import io as sio
+
+    monkeypatch.setattr(sio.time, "strftime", lambda fmt: "20250101T000000")  # two overwrites in one second
+    kept = []
+    for i in range(2):
+        layout.history_path(tmp_path).write_text(json.dumps({"step": i}) + "\n")
+        store.claim_history(tmp_path, resuming=False, overwrite=True)
+        kept.append(sorted(p.read_text() for p in tmp_path.glob("history.jsonl.*.old")))
+    assert kept[-1] == ['{"step": 0}\n', '{"step": 1}\n']  # the first kept history is still there
+
+
+@pytest.mark.parametrize("link", ["history.jsonl", "run.lock", "step-3"])
+def test_a_link_in_the_run_folder_is_refused_before_and_at_each_write(tmp_path, link):
+    sago, outside = tmp_path / "run" / "sago", tmp_path / "outside"
+    sago.mkdir(parents=True)
+    outside.mkdir()
+    (sago / link).symlink_to(outside)
+    with pytest.raises(SagoInputError, match=f"{link} is a symbolic link; sago_train never writes through one"):
+        store.claim_history(sago, resuming=True, overwrite=False)
+    if link == "step-3":
+        with pytest.raises(SagoInputError, match="step-3 is a symbolic link"):
+            store.write_group_records(layout.step_dir(sago, 3), "s", _result().sets["s"].groups)
+    assert not list(outside.iterdir())
+
+
+def test_hand_edited_numbers_are_refused_at_reading_naming_file_line_and_key(tmp_path):
+    result = _result()
+    result.step = 0
+    line = result.to_history_line()
+    line["sets"]["s"]["activation"]["mean"] = 1.7e308  # reached matplotlib: "arange: cannot compute length"
+    good = result.to_history_line()
+    good["step"] = 1
+    good["correctness"] = {"s": {"n": [1], "accuracy": 0.5}}  # int([1]): a TypeError in report
+    store.write_history(tmp_path, [line, good])
+    with pytest.raises(SagoInputError) as err:
+        store.read_history(tmp_path)
+    assert "history.jsonl:1: field 'sets.s.activation.mean': expected a number or null of size at most 1e+09" \
+        in str(err.value)
+    with pytest.raises(SagoInputError, match=r"field 'correctness.s.n': expected a count"):
+        Evaluation.from_history_line(good, source="h", lineno=2)

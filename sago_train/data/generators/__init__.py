@@ -1,4 +1,4 @@
-"""Seeded, deterministic variant generators (SPEC "Data").
+"""Seeded, deterministic variant generators (docs/definitions.md#data).
 
 They turn *plain examples* into a :class:`~sago_train.data.groups.VariantSet`: each example becomes one group
 whose variant 0 is the original (kind ``"canonical"``) followed by one variant per generator, so the kinds line

@@ -1,5 +1,5 @@
-"""Activation axes: dispersion of the variants' hidden states (SPEC "activation"), raw and relative to the
-dispersion between different groups of the same set (SPEC "activation_rel")."""
+"""Activation axes: dispersion of the variants' hidden states (docs/definitions.md#activation), raw and relative to the
+dispersion between different groups of the same set (docs/definitions.md#activation_rel)."""
 
 from __future__ import annotations
 

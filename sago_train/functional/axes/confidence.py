@@ -1,4 +1,4 @@
-"""Confidence axis: spread of the probability the model gives the same continuation (SPEC "confidence")."""
+"""Confidence axis: spread of the probability the model gives the same continuation (docs/definitions.md#confidence)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Correctness beside stability (SPEC "correctness"): never folded into the instability scalar."""
+"""Correctness beside stability (docs/definitions.md#correctness): never folded into the instability scalar."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def _label_index(label: str, n: int, numeric_options: bool) -> int | None:
 
 
 def choice_label(output: str, n_choices: int, numeric_options: bool = False) -> int | None:
-    """The option index an output names by its label (SPEC: only where written as a label), else None.
+    """The option index an output names by its label (docs/definitions.md#correctness: only where written as a label), else None.
 
     Example:
         >>> choice_label("The answer is B.", 4), choice_label("A cat.", 4), choice_label("(c)", 4)
@@ -127,7 +127,7 @@ def variant_correct(
     mode: str,
 ) -> bool | None:
     """Per-variant correctness, or None when the group has none: no reference and no choices, or choices
-    without an answer (SPEC: never counted as wrong). ``mode`` is a resolved mode (not ``auto``)."""
+    without an answer (docs/definitions.md#correctness: never counted as wrong). ``mode`` is a resolved mode (not ``auto``)."""
     if choices is not None:
         return None if answer is None else choice_index(output, choices) == answer
     if reference is not None:

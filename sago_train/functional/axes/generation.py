@@ -1,4 +1,4 @@
-"""Generation axis: disagreement between the variants' greedy outputs (SPEC "generation")."""
+"""Generation axis: disagreement between the variants' greedy outputs (docs/definitions.md#generation)."""
 
 from __future__ import annotations
 

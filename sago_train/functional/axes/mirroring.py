@@ -1,4 +1,4 @@
-"""Mirroring axis: outputs that echo the surface form of their own phrasing (SPEC "mirroring")."""
+"""Mirroring axis: outputs that echo the surface form of their own phrasing (docs/definitions.md#mirroring)."""
 
 from __future__ import annotations
 
