@@ -436,7 +436,7 @@ def _consistency_reference(student, teacher, tok, items, temperature, threshold,
         target = tok(item["target"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         t = len(target)
 
-        def dists(model, prompt_text):
+        def dists(model, prompt_text, target=target, t=t):
             prompt = tok(prompt_text)["input_ids"]
             with torch.no_grad():
                 logits = model(torch.tensor([prompt + target])).logits[0].double()

@@ -10,7 +10,13 @@ from sago_train.errors import SagoInputError
 from sago_train.training.collator import VariantGroupCollator
 from sago_train.training.loss import group_layout, split_batch
 from sago_train.training.teacher import EmaTeacherCallback, Teacher
-from tests._helpers.tiny import SPECIALS_FIRST, TAGGED_TEMPLATE, make_byte_tokenizer, make_tiny_model, tiny_groups
+from tests._helpers.tiny import (
+    SPECIALS_FIRST,
+    TAGGED_TEMPLATE,
+    make_byte_tokenizer,
+    make_tiny_model,
+    tiny_groups,
+)
 
 
 @pytest.fixture(scope="module")
