@@ -234,7 +234,7 @@ def test_falls_back_to_the_logits_when_the_head_differs(batch):
         assert float(fallback) == pytest.approx(float(loss.terms(groups, cap, logits=out.logits).conf), abs=1e-7)
 
 
-@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
+@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative", "consistency"])
 def test_terms_are_float64_for_a_float64_model(batch, mode):
     model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False).double()
     with torch.no_grad():
@@ -252,7 +252,7 @@ def test_relative_mode_with_a_single_group_adds_zero_and_warns(tok):
     assert float(terms.act.detach()) > 0 and loss_fn.single_group_batches == 1
 
 
-@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
+@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative", "consistency"])
 def test_terms_are_float32_under_bf16_autocast(batch, mode):
     model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -261,6 +261,27 @@ def test_terms_are_float32_under_bf16_autocast(batch, mode):
     assert terms.act.dtype == torch.float32 and terms.conf.dtype == torch.float32
     (out.loss + terms.weighted(1.0, 1.0)).backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("settings", [{"teacher_temperature": 2.0, "confidence_threshold": 0.005},
+                                      {"divergence": "js"}, {"teacher": "frozen"}])
+def test_consistency_under_bf16_autocast_is_close_to_float32(batch, settings):
+    from peft import LoraConfig, get_peft_model
+
+    from sago_train.training.teacher import Teacher
+
+    model = get_peft_model(make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    cfg = StabilityConfig(act_weight=0.0, conf_weight=1.0, mode="consistency", **settings)
+    loss, teacher = StabilityLoss(cfg, model), Teacher(cfg.teacher, model)
+    _, reference = loss(model, batch, teacher=teacher)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, terms = loss(model, batch, teacher=teacher)
+    assert out.logits.dtype == torch.bfloat16 and terms.conf.dtype == torch.float32
+    assert float(terms.conf.detach()) == pytest.approx(float(reference.conf.detach()), rel=0.1, abs=1e-4)
+    terms.conf.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
 
 
 # -------------------------------------------------------------------------------------------- gradients

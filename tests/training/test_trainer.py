@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -258,6 +259,13 @@ def test_ddp_two_processes(tmp_path):
         assert r["batch_rows"] and all(rows == 2 * 3 for rows in r["batch_rows"])  # 2 whole groups of K=3
     logs = [log for log in ranks[0]["logs"] if "loss" in log]
     assert logs and all(set(TERMS) <= set(log) for log in logs)
+    # The consistency mode (EMA teacher, fresh variants, unlabeled prompts): weights and EMA in sync across ranks.
+    runs = [r["consistency"] for r in ranks]
+    assert runs[0]["checksum"] == pytest.approx(runs[1]["checksum"], abs=0)
+    assert runs[0]["ema_checksum"] == pytest.approx(runs[1]["ema_checksum"], abs=0)
+    assert runs[0]["ema_checksum"] != runs[0]["checksum"]
+    logs = [log for log in runs[0]["logs"] if "loss" in log]
+    assert logs and all(math.isfinite(log["sago_conf_loss"]) and log["sago_conf_loss"] >= 0 for log in logs)
 
 
 # ------------------------------------------------------------------------------------------ consistency
