@@ -162,6 +162,13 @@ class StabilityTrainerMixin:
                 "cannot be computed",
                 hint="train on variant groups batched by sago_train.VariantGroupCollator",
             )
+        labels = model_inputs.get("labels")
+        no_task = labels is not None and not bool((labels != -100).any())  # unlabeled prompts only
+        if groups is not None and no_task and not cfg.enabled:
+            raise SagoInputError(
+                "a batch holds only unlabeled prompts, which train through the consistency term alone, and "
+                "act_weight and conf_weight are both 0", key="conf_weight",
+                hint="set conf_weight > 0, or give every item a target")
         if groups is None or not cfg.enabled:
             return super().compute_loss(  # type: ignore[misc]
                 model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
@@ -175,8 +182,6 @@ class StabilityTrainerMixin:
         # The frozen / EMA teacher runs first, outside the capture (its forward is not the student's).
         teacher_logits = self._sago_loss.teacher_logits(
             self.accelerator.unwrap_model(model), self._sago_teacher, model_inputs, groups)
-        labels = model_inputs.get("labels")
-        no_task = labels is not None and not bool((labels != -100).any())  # unlabeled prompts only
         with self._sago_loss.capture(model, *tap) as capture:
             if no_task:
                 # No target token to fit: the parent's loss would be 0/0; the terms alone train this micro-batch.

@@ -303,6 +303,11 @@ def test_unlabeled_item_gets_the_teachers_greedy_tokens_and_no_labels(tmp_path, 
         assert int(full["target_length"][r]) == len(expected)
         assert (full["labels"][r] == -100).all()
     assert (full["labels"][full["group_index"] == 0] != -100).any()  # the labeled group keeps its labels
+    # Unlabeled prompts alone with both weights 0 have nothing to train on: said, not a NaN loss.
+    idle, _ = _train(tmp_path, tok, train=False, config=StabilityConfig(mode="consistency", act_weight=0.0,
+                                                                          conf_weight=0.0))
+    with pytest.raises(SagoInputError, match="only unlabeled prompts.*both 0"):
+        idle.compute_loss(idle.model, idle.data_collator([unlabeled]))
     # Outside the consistency mode an item without a target stays an error.
     plain, _ = _train(tmp_path, tok, train=False)
     with pytest.raises(SagoInputError, match="missing field 'target'"):
