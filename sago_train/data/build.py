@@ -16,7 +16,13 @@ from .groups import VariantGroup, VariantSet
 from .render import GeneratedVariant
 
 
-def _rng(seed: int, example_id: str, kind: str, attempt: int) -> random.Random:
+def draw_rng(seed: int, example_id: str, kind: str, attempt: int) -> random.Random:
+    """The seeded random source of one variant draw: the same for the same (seed, example, kind, attempt).
+
+    Example:
+        >>> draw_rng(0, "ex-1", "typo", 0).random() == draw_rng(0, "ex-1", "typo", 0).random()
+        True
+    """
     # A stable hash (not the salted built-in hash()) so draws survive PYTHONHASHSEED and reordering.
     key = json.dumps([seed, example_id, kind, attempt], ensure_ascii=True)
     return random.Random(int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big"))
@@ -130,7 +136,7 @@ def build_variant_set(
         for g, kind in zip(gens, kinds):
             v = original
             for attempt in range(max_attempts):
-                v = g.generate(ex, _rng(seed, ex.id, kind, attempt))
+                v = g.generate(ex, draw_rng(seed, ex.id, kind, attempt))
                 if v.text != original.text:
                     break
             else:

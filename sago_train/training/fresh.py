@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from ..data.build import _rng
+from ..data.build import draw_rng
 from ..data.generators import FREE_TEXT_KINDS, make_generator
 from ..data.generators.noise import CASING_MODES, CasingGenerator
 from ..data.groups import Variant, VariantGroup
@@ -83,7 +83,7 @@ class FreshVariants:
         for j in range(self.n):
             # Kinds rotate with the draw, so every kind appears even with fewer slots than kinds.
             kind = self.kinds[(draw * self.n + j) % len(self.kinds)]
-            fresh.append(_rewrite(canonical, kind, _rng(self.seed, key, kind, draw * self.n + j)))
+            fresh.append(_rewrite(canonical, kind, draw_rng(self.seed, key, kind, draw * self.n + j)))
         if self.keep_fixed:
             return VariantGroup(id=group.id, variants=[*group.variants, *fresh], canonical=group.canonical)
         return VariantGroup(id=group.id, variants=[canonical, *fresh], canonical=0)
