@@ -153,6 +153,10 @@ class SAGOCallback(TrainerCallback):
         self.monitor.claim(resumed=resumed, overwrite=self.options.overwrite)
         self.monitor.load(state.global_step if resumed else None, write=main)
         new_baseline = resumed and self._new_baseline_needed(self.monitor, main)
+        if new_baseline:  # early stopping's reference and looks were measured against the old baseline
+            for listener in self._listeners:
+                if hasattr(listener, "start_over"):
+                    listener.start_over()
         self._done = {step: {} for step in self.monitor.steps()}
         self._check_listeners(args, state)
         if main:

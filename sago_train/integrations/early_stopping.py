@@ -93,13 +93,18 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.mode = mode
         self.exclude_baseline = exclude_baseline
         self.reference_step = reference_step
-        # State (JSON-serializable so that it is saved with checkpoints).
+        self._fresh_state()
+        self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
+        self._warned: set[str] = set()
+        self._started_over = False  # a new baseline (see start_over): the checkpoint's state is not restored
+
+    def _fresh_state(self) -> None:
+        """The state of a run that has seen no evaluation (JSON-serializable, saved with checkpoints)."""
         self.best_step: int | None = None
         self.best_mean: float | None = None
         self.best_ids: list[str] = []
         self.best_values: list[float] = []
-        # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until the
-        # Trainer confirms it as its best (or a later evaluation replaces it).
+        # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until confirmed.
         self.candidate: dict[str, Any] | None = None
         self.counter = 0  # threshold mode: worse evaluations in a row
         # paired mode: the first `patience` evaluations and the latest `patience`, each {"step", "values": {id: v}}
@@ -110,8 +115,11 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.stopped_step: int | None = None
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
-        self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
-        self._warned: set[str] = set()
+
+    def start_over(self) -> None:
+        """Forget every evaluation seen, also the checkpoint's: a resumed run started a new baseline."""
+        self._fresh_state()
+        self._started_over = True
 
     @classmethod
     def from_args(cls, args: Any) -> SAGOEarlyStoppingCallback:
@@ -135,7 +143,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         restores too: the missing attributes keep their defaults."""
         self._check_trainer_direction(args)
         self._warn_threshold()
-        if state.global_step == 0 or not isinstance(state.stateful_callbacks, dict):
+        if self._started_over or state.global_step == 0 or not isinstance(state.stateful_callbacks, dict):
             return
         saved = state.stateful_callbacks.get(type(self).__name__)
         for item in saved if isinstance(saved, list) else [saved]:
