@@ -27,7 +27,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError
-from ..eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
+from ..eval.config import SAGOConfig
 from ..eval.plan import has_correctness
 from ..functional.axes import ACCURACY, INSTABILITY
 from ..io import set_aside
@@ -73,18 +73,17 @@ class SAGOCallback(TrainerCallback):
 
     def __init__(self, sets: SetsLike, options: MonitorOptions | None = None, *, config: SAGOConfig | None = None,
                  trainer: Any = None, tokenizer: Any = None, soft_failures: bool = False, **kwargs: Any) -> None:
-        self.sets = resolve_sets(sets)
         self.options, evaluation_options = options_from_kwargs(MonitorOptions, options, kwargs,
                                                                also=tuple(SAGOConfig.field_names()))
         if config is not None and evaluation_options:
             raise SagoInputError(f"pass either config= or evaluation options ({', '.join(evaluation_options)}), "
                                  "not both", key=next(iter(evaluation_options)))
-        config = config if config is not None else SAGOConfig.from_kwargs(**evaluation_options)
-        if config.max_groups is None:  # the in-training default: every evaluation costs training time
-            config = dataclasses.replace(config, max_groups=IN_TRAINING_MAX_GROUPS)
-        self.config = config
+        # Every evaluation costs training time: a capped subset by default.
+        self.config = (config if config is not None else SAGOConfig.from_kwargs(**evaluation_options)).in_training()
+        # Files are read lazily: only the groups the capped subset evaluates are parsed (the rest only counted).
+        self.sets = resolve_sets(sets, max_groups=self.config.max_groups, seed=self.config.seed)
         # Recorded in every history line: a resume on an edited set (or other settings) is refused, see _resumable.
-        self.fingerprints = set_fingerprints(self.sets, config)
+        self.fingerprints = set_fingerprints(self.sets, self.config)
         self.tokenizer = tokenizer
         self.soft_failures = soft_failures
         self.trainer: Any | None = None
