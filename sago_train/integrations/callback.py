@@ -30,6 +30,7 @@ from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..eval.plan import has_correctness
 from ..functional.axes import ACCURACY, INSTABILITY
+from ..functional.formatting import printable
 from ..io import set_aside
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
@@ -194,7 +195,7 @@ class SAGOCallback(TrainerCallback):
         if main:
             aside = set_aside(monitor.history_path)
             logger.warning("sago: set '%s' changed since step %d: new baseline; the previous history was moved to "
-                           "%s", *changed, aside)
+                           "%s", *changed, printable(aside))
         monitor.load(None)
         return True
 
@@ -252,7 +253,7 @@ class SAGOCallback(TrainerCallback):
             if fill_missing(metrics, watched, args.greater_is_better):
                 logger.warning("sago: no value for %s at step %s (the SAGO evaluation failed, was skipped or gave no "
                                "finite value); using the worst value so that this checkpoint is not chosen as the "
-                               "best", watched, state.global_step)
+                               "best", printable(watched), state.global_step)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         # Only a fallback: the final evaluation normally runs at the last step (see on_step_end); after
@@ -265,7 +266,7 @@ class SAGOCallback(TrainerCallback):
                 self._evaluate(args, state, control, kwargs, complete=True)
             if distributed.is_main_process():
                 for line in run_summary_lines(self.monitor, self.last_changes):
-                    logger.info(line)
+                    logger.info(printable(line))  # kinds are user text
         finally:
             if self.monitor is not None:
                 self.monitor.release()
@@ -288,7 +289,7 @@ class SAGOCallback(TrainerCallback):
             # Only reachable with soft_failures=True (otherwise on_train_begin failed): counted, never silent.
             reason = self._cannot_evaluate or "SAGOCallback has no model or tokenizer"
             self.failures.append({"step": step, "error": f"skipped: {reason}"})
-            logger.warning("sago: evaluation at step %d skipped: %s", step, reason)
+            logger.warning("sago: evaluation at step %d skipped: %s", step, printable(reason))
             return {}
         main = distributed.is_main_process()
         # 1. run
@@ -303,7 +304,7 @@ class SAGOCallback(TrainerCallback):
                 raise
             self.failures.append({"step": step, "error": f"{type(err).__name__}: {err}"})
             logger.error("sago: evaluation at step %d failed and was skipped (%s: %s); training continues",
-                         step, type(err).__name__, err, exc_info=True)
+                         step, type(err).__name__, printable(err), exc_info=True)
             return {}
         seconds = time.perf_counter() - start
         ev.step, ev.epoch = step, float(state.epoch or 0.0)
@@ -319,7 +320,7 @@ class SAGOCallback(TrainerCallback):
             try:
                 self.monitor.record(ev, line)
             except OSError as err:
-                logger.error("sago: could not write the evaluation history (%s); training continues", err)
+                logger.error("sago: could not write the evaluation history (%s); training continues", printable(err))
                 self.failures.append({"step": step, "error": f"OSError: {err}"})
         # 4. report
         settings = {**dataclasses.asdict(self.options), "sets": list(self.sets), **self.config.to_dict()}

@@ -15,6 +15,7 @@ from transformers.trainer_callback import ExportableState
 from ..errors import SagoInputError, did_you_mean, short_repr
 from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
+from ..functional.formatting import printable
 from ..functional.sequential import look_level, unreachable_look
 from ..results.evaluation import Evaluation
 from .keys import parse_metric, parse_metric_or_none
@@ -192,7 +193,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             logger.info("sago early stopping: %s: the number of evaluations is not planned (automatic cadence), so "
                         "look k is tested at alpha * 10 / ((k + 9)(k + 10)) (%.2g at the first, ever smaller "
                         "later; their sum is alpha): a fixed eval_steps with max_steps gives every look alpha / "
-                        "looks", self.metric, self.level(1))
+                        "looks", printable(self.metric), self.level(1))
         if n_groups is None:
             return
         bad = unreachable_look(self.alpha, self.looks, n_groups)
@@ -301,7 +302,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.decisions.append(decision)
         if stop:
             self.stopped_step = step
-            logger.warning("sago early stopping at step %d: %s", step, self.reason)
+            logger.warning("sago early stopping at step %d: %s", step, printable(self.reason))
             control.should_training_stop = True
 
     def _track_best(self, step: int, ids: list[str], current: np.ndarray, mean: float, follow: bool) -> str | None:
@@ -392,7 +393,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            logger.warning(message, *args)
+            logger.warning(message, *(printable(a) if isinstance(a, str) else a for a in args))  # the metric
 
 
 def _group_means(entries: list[dict[str, Any]]) -> dict[str, float]:
