@@ -317,7 +317,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
                     Path(source).resolve().parent if source else Path.cwd())
     _check_keys("training", training, _training_fields(trainer), source)
     _check_types(_training_class(trainer), "training", training, source)
-    check_ranges("training", training, source)  # e.g. set_seed would fail with a traceback after the data loaded
+    check_ranges("training", training, source)  # before the data loads: set_seed or the Trainer would fail later
     return Recipe(
         sago_train_version=str(version),
         name=name,
