@@ -8,8 +8,10 @@ out-of-memory crash.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -54,6 +56,9 @@ MAX_RECORDED_VALUE = 1e9
 MAX_REPEATED_WARNINGS = 10
 # Seeds: what numpy's legacy seeding (transformers.set_seed, np.random.seed) takes; torch takes more.
 MAX_SEED = 2**32 - 1
+# Optimizer steps (a recipe's training.max_steps, the *_steps cadences, epochs): within a signed 32-bit counter,
+# what every scheduler and progress bar counts in; no run sago_train targets comes near it.
+MAX_TRAINING_STEPS = 2**31 - 1
 # Characters of a user value quoted in an error message, and of a whole message: declared where the messages
 # are made (errors.py, which every module imports), listed here with the other limits.
 MAX_REPR_CHARS = _MAX_REPR_CHARS
@@ -127,6 +132,60 @@ def read_bounded_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_SET_
         raise SagoInputError("not valid UTF-8", source=str(path), hint="save the file as UTF-8") from None
 
 
+@dataclass(frozen=True)
+class NumberRange:
+    """The numbers a setting takes: ``lo <= value <= hi`` (whole numbers when ``integer``), finite; ``ratio``: a
+    number in (0, 1) too (a share of the total steps, as the Trainer reads ``logging_steps: 0.1``); ``also``:
+    other values, each with what it means (``-1``: the epochs decide). ``limit_name`` names the limit in errors.
+
+    Example:
+        >>> NumberRange(1, 100, also=((-1, "no limit"),)).words()
+        'an integer in [1, 100] or -1 (no limit)'
+        >>> NumberRange(0, math.inf, integer=False).check(float("nan"), key="learning_rate")
+        Traceback (most recent call last):
+        ...
+        sago_train.errors.SagoInputError: field 'learning_rate': expected a finite number >= 0, got nan
+    """
+
+    lo: float
+    hi: float
+    integer: bool = True
+    ratio: bool = False
+    also: tuple[tuple[float, str], ...] = ()
+    limit_name: str = ""
+
+    def words(self) -> str:
+        if self.hi == math.inf:
+            text = f"{'an integer' if self.integer else 'a finite number'} >= {self.lo:,}"
+        elif self.integer and self.lo == 1 and not self.ratio and not self.also:
+            text = f"a positive integer up to {self.hi:,}"
+        else:
+            text = f"{'an integer' if self.integer else 'a number'} in [{self.lo:,}, {self.hi:,}]"
+        text += f" ({self.limit_name})" if self.limit_name else ""
+        if self.ratio:
+            text += ", or a share of the total steps in (0, 1)"
+        return text + "".join(f" or {value:g} ({meaning})" for value, meaning in self.also)
+
+    def holds(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.integer and not self.ratio and not isinstance(value, int):
+            return False  # 1e9 read as a float is not a count
+        if not math.isfinite(value):
+            return False
+        if value in [v for v, _ in self.also] or (self.ratio and 0 < value < 1):
+            return True
+        return self.lo <= value <= self.hi and (not self.integer or float(value).is_integer())
+
+    def check(self, value: object, *, key: str, **where: object) -> object:
+        """``value`` when it is in the range, else a located :class:`SagoInputError` saying the range."""
+        if not self.holds(value):
+            shown = repr(value) if isinstance(value, (int, float)) else type(value).__name__
+            raise SagoInputError(f"expected {self.words()}, got {shown[:40]}", key=key,
+                                 **where)  # type: ignore[arg-type]
+        return value
+
+
 def check_int_range(value: object, lo: int, hi: int, *, key: str, limit_name: str = "", **where: object) -> int:
     """``value`` as an integer in ``[lo, hi]``, else a located :class:`SagoInputError` naming the range (and the
     limit's name). Booleans and floats are refused (``1e9`` read as a float is not a count).
@@ -139,12 +198,7 @@ def check_int_range(value: object, lo: int, hi: int, *, key: str, limit_name: st
         ...
         sago_train.errors.SagoInputError: field 'seed': expected an integer in [0, 4,294,967,295], got -1
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        shown = repr(value) if isinstance(value, (int, float)) else type(value).__name__
-        wanted = f"a positive integer up to {hi:,}" if lo == 1 else f"an integer in [{lo:,}, {hi:,}]"
-        raise SagoInputError(f"expected {wanted}{f' ({limit_name})' if limit_name else ''}, got {shown[:40]}",
-                             key=key, **where)  # type: ignore[arg-type]
-    return value
+    return NumberRange(lo, hi, limit_name=limit_name).check(value, key=key, **where)  # type: ignore[return-value]
 
 
 def check_seed(value: object, *, key: str = "seed", **where: object) -> int:

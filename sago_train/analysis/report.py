@@ -36,9 +36,9 @@ from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
 from ..functional.axes.registry import higher_is_better
 from ..functional.formatting import constant_line, fmt_num, fmt_p, p_text
 from ..functional.wording import READ_BESIDE, change_words, set_context
-from ..io import atomic_write_text
+from ..io import atomic_write_text, check_output_path
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
-from ..results.layout import HISTORY, REPORT_MD
+from ..results.layout import HISTORY, REPORT_MD, report_files, report_plot
 from ..results.sets import paired_group_values
 from ..results.store import Run
 from ..version import __version__
@@ -256,6 +256,8 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
     for ev, lab in zip(last, labels):
         ev.label = lab
     sets = ordered_union(e.sets for e in last)
+    for path in report_files(out, sets):  # every file, before any plot is drawn: a directory or link is refused
+        check_output_path(path, what="--out", root=out)
     result = ReportResult(out_dir=out, markdown=out / REPORT_MD)
     result.notes += [f"{r.label}: skipped {r.skipped_lines} corrupt line(s) of {r.sago_dir / HISTORY} (each logged "
                      "with its line number)" for r in runs if r.skipped_lines]
@@ -294,7 +296,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         md += ["## Over training steps", "",
                "Mean over groups at each evaluation; the band is the 95% bootstrap CI.", ""]
         for s in sets:
-            png = plot_steps(runs, s, colors, out / f"steps_{s}.png")
+            png = plot_steps(runs, s, colors, report_plot(out, "steps", s))
             if png is not None:
                 result.plots.append(png)
                 md += [f"![set {s} over training steps]({png.name})", ""]
@@ -316,7 +318,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
     # -- per-group distributions
     md += ["## Per-group distributions (last evaluation)", ""]
     for s in sets:
-        png = plot_groups(last, s, colors, out / f"groups_{s}.png")
+        png = plot_groups(last, s, colors, report_plot(out, "groups", s))
         if png is not None:
             result.plots.append(png)
             md += [f"![set {s} per-group values]({png.name})", ""]
@@ -329,7 +331,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
 
     # -- axis correlation
     correlations = [pooled_correlation(e) for e in last]
-    png = plot_correlation(last, correlations, out / "axis_correlation.png")
+    png = plot_correlation(last, correlations, report_plot(out, "correlation"))
     md += ["## Axis independence", ""]
     if png is not None:
         result.plots.append(png)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,16 +76,18 @@ def _init_distributed() -> None:
     torch.distributed.init_process_group(backend)
 
 
-def check_outputs(out: str, sets: dict[str, Any]) -> None:
+def check_outputs(out: str | Path, sets: dict[str, Any], *, root: str | Path | None = None) -> None:
     """``--out`` and every file the evaluation will write in it, checked before the model loads: a file where a
     directory goes (or the reverse), an unwritable place, a link, or a file that is one of the input sets (``--out``
-    holding ``s.jsonl`` would replace the set with group records) fail now, not after the evaluation."""
+    holding ``s.jsonl`` would replace the set with group records) fail now, not after the evaluation. ``root``:
+    the directory the user chose, when ``out`` is inside it (``sago-train study``: OUT/NAME; a link there is
+    refused too)."""
     from ..results.evaluation import Evaluation
 
-    check_output_path(out, what="--out", directory=True)
+    check_output_path(out, what="--out", directory=True, root=root)
     inputs = {f"the set '{name}' (--set)": vs.source for name, vs in sets.items() if vs.source}
     for path in Evaluation.output_files(out, list(sets)):
-        check_output_path(path, what="--out", inputs=inputs, root=out)
+        check_output_path(path, what="--out", inputs=inputs, root=root if root is not None else out)
 
 
 def run(args: argparse.Namespace) -> int:

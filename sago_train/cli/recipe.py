@@ -25,7 +25,6 @@ from ..errors import SagoInputError, did_you_mean, short_repr, type_name
 from ..eval.config import SAGOConfig
 from ..integrations.early_stopping import SAGOEarlyStoppingCallback, check_target
 from ..io import validate_set_name
-from ..limits import check_seed
 from ..model.real import real_model_for
 from ..training.config import StabilityConfig
 from ..version import __version__
@@ -38,6 +37,7 @@ from .recipe_sections import (
     ModelSection,
     MonitorSection,
     check_deepspeed,
+    check_ranges,
     validate_run_name,
 )
 from .recipe_yaml import SCHEME, apply_overrides, load_yaml, parse_overrides, with_lines
@@ -264,6 +264,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     if lora is not None:
         model.lora = _build(LoraSection, "model.lora", lora, source)
     data_section = _build(DataSection, "data", data.get("data"), source)
+    check_ranges("data", with_lines(vars(data_section), data.get("data")), source)
     if not data_section.train:
         raise SagoInputError("missing 'data.train' (the training data)", source=source, key="data.train")
     if data_section.format not in ("auto", "sft", "groups"):
@@ -271,6 +272,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
                              f"{did_you_mean(data_section.format[:50], ['auto', 'sft', 'groups'])}", source=source,
                              key="data.format", line=_line(data, "data", "format"))
     monitor = _build(MonitorSection, "monitor", data.get("monitor"), source)
+    check_ranges("monitor", with_lines(vars(monitor), data.get("monitor")), source)
     try:
         monitor_config = SAGOConfig.from_kwargs(**monitor.options)
     except SagoInputError as err:
@@ -315,10 +317,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
                     Path(source).resolve().parent if source else Path.cwd())
     _check_keys("training", training, _training_fields(trainer), source)
     _check_types(_training_class(trainer), "training", training, source)
-    for key in ("seed", "data_seed"):  # set_seed would fail with a traceback after the data loaded
-        if training.get(key) is not None:
-            check_seed(training[key], key=f"training.{key}", source=source,
-                       line=getattr(training, "lines", {}).get(key))
+    check_ranges("training", training, source)  # before the data loads: set_seed or the Trainer would fail later
     return Recipe(
         sago_train_version=str(version),
         name=name,

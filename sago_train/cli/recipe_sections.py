@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from ..errors import SagoInputError, did_you_mean, short_repr
 from ..errors import type_name as _type_name
 from ..integrations.options import EarlyStoppingOptions, MonitorOptions
 from ..io import is_safe_name
+from ..limits import MAX_BATCH_SIZE, MAX_SEED, MAX_TRAINING_STEPS, MAX_VARIANT_TOKENS, NumberRange
 from ..model.loading import DTYPES
 
 
@@ -74,9 +76,6 @@ class DataSection:
         if self.limit is not None and self.limit < 0:
             raise SagoInputError(f"expected a number of records >= 0, got {self.limit}", key="limit",
                                  hint="0 or null uses every record")
-        if self.max_length is not None and self.max_length < 1:
-            raise SagoInputError(f"expected a number of tokens >= 1, got {self.max_length}", key="max_length",
-                                 hint="null keeps whole sequences")
 
 
 @dataclass
@@ -90,6 +89,42 @@ class MonitorSection(MonitorOptions):
 
 #: The early-stopping callback's options, as they are.
 EarlyStoppingSection = EarlyStoppingOptions
+
+
+_STEPS = NumberRange(1, MAX_TRAINING_STEPS, ratio=True, limit_name="MAX_TRAINING_STEPS")
+#: The range of each number a recipe sets that sago_train uses or forwards to the Trainer, checked once the
+#: section's types are (:func:`check_ranges`): out of range is one line naming the key, the range and the value,
+#: before the model loads (instead of a ZeroDivisionError or a hang inside the Trainer).
+RANGES: dict[str, NumberRange] = {
+    "training.max_steps": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS",
+                                      also=((-1, "num_train_epochs decides"),)),
+    "training.num_train_epochs": NumberRange(0, MAX_TRAINING_STEPS, integer=False, limit_name="MAX_TRAINING_STEPS"),
+    "training.per_device_train_batch_size": NumberRange(1, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE"),
+    "training.per_device_eval_batch_size": NumberRange(1, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE"),
+    "training.gradient_accumulation_steps": NumberRange(1, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE"),
+    "training.logging_steps": _STEPS,
+    "training.eval_steps": _STEPS,
+    "training.save_steps": _STEPS,
+    "training.warmup_steps": NumberRange(0, MAX_TRAINING_STEPS, ratio=True, limit_name="MAX_TRAINING_STEPS"),
+    "training.learning_rate": NumberRange(0, math.inf, integer=False),
+    "training.seed": NumberRange(0, MAX_SEED, limit_name="MAX_SEED"),
+    "training.data_seed": NumberRange(0, MAX_SEED, limit_name="MAX_SEED"),
+    "data.max_length": NumberRange(1, MAX_VARIANT_TOKENS, limit_name="MAX_VARIANT_TOKENS"),
+    "monitor.eval_steps": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+}
+
+
+def check_ranges(section: str, values: Any, source: str | None) -> None:
+    """Each number of ``section`` (a mapping, or a section dataclass) that :data:`RANGES` bounds, against its
+    range; None (the default) is not checked. The error names the recipe line when ``values`` has lines."""
+    lines = getattr(values, "lines", {})
+    for dotted, bounds in RANGES.items():
+        prefix, _, key = dotted.partition(".")
+        if prefix != section:
+            continue
+        value = values.get(key) if isinstance(values, dict) else getattr(values, key, None)
+        if value is not None:
+            bounds.check(value, key=dotted, source=source, line=lines.get(key))
 
 
 SECTIONS = ("sago_train_version", "name", "description", "trainer", "model", "data", "monitor", "early_stopping",

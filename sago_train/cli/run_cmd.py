@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..errors import SagoInputError
+from ..functional.formatting import printable
 from ..io import acquire_run_lock, check_output_path, release_run_lock
 from ..results.layout import RESOLVED_RECIPE, SAGO_DIR, history_path
 from ..results.store import check_run_dir, claim_history
@@ -169,4 +170,5 @@ def _finish_wandb(trainer: Any) -> None:
         # demo's next arm) writes its files under its own output directory.
         wandb.teardown()
     except Exception as err:  # noqa: BLE001 - closing a reporter must not fail a finished run
-        print(f"sago-train run: W&B could not be closed cleanly ({type(err).__name__}: {err})", file=sys.stderr)
+        print(f"sago-train run: W&B could not be closed cleanly ({type(err).__name__}: {printable(err)})",
+              file=sys.stderr)

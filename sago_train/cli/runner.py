@@ -283,12 +283,16 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
 
     callbacks: list[Any] = []
     if recipe.monitor.sets:
-        sets = {name: _load_set(recipe, name, p) for name, p in recipe.monitor.sets.items()}
+        try:
+            config = SAGOConfig.from_kwargs(**recipe.monitor.options).in_training()
+        except SagoInputError as err:
+            raise SagoInputError(err.message, source=recipe.source, key=f"monitor.options.{err.key}" if err.key else
+                                 "monitor.options", hint=err.hint) from None
+        sets = {name: _load_set(recipe, name, p, config) for name, p in recipe.monitor.sets.items()}
         try:
             options = MonitorOptions(**{f.name: getattr(recipe.monitor, f.name) for f in dataclasses.fields(MonitorOptions)})
             callbacks.append(SAGOCallback(sets, options, overwrite=overwrite or options.overwrite,
-                                          new_baseline=new_baseline or options.new_baseline,
-                                          config=SAGOConfig.from_kwargs(**recipe.monitor.options)))
+                                          new_baseline=new_baseline or options.new_baseline, config=config))
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
                                  hint=err.hint) from None
@@ -372,7 +376,7 @@ def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: An
                    callbacks=callbacks)
 
 
-def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
+def _load_set(recipe: Recipe, name: str, value: str, config: SAGOConfig) -> VariantSet:
     # The name is the recipe's: an invalid one is reported against the recipe line (parse_recipe checks it
     # too; a VariantSet built from a mapping in Python reaches here without that check).
     validate_set_name(name, source=recipe.source, key=f"monitor.sets.{name[:100]}",
@@ -382,7 +386,8 @@ def _load_set(recipe: Recipe, name: str, value: str) -> VariantSet:
         if "/" in value and is_bundled_spec(value) and not os.path.exists(path):  # one bundled set: real/capitals
             (vs,) = bundled_sets(value).values()
             return VariantSet(name, vs.groups, vs.source)
-        return VariantSet.from_jsonl(path, name=name)
+        # Read lazily, as `sago-train eval --max-groups` does: only the groups the callback evaluates are parsed.
+        return VariantSet.from_jsonl(path, name=name, max_groups=config.max_groups, seed=config.seed)
     except SagoInputError as err:
         if err.source is not None and err.line is not None:  # an error inside the set file names that file
             raise

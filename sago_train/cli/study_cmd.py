@@ -12,8 +12,9 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
-from ..io import atomic_write_json, check_output_dir, is_safe_name
-from ..results.layout import SUMMARY
+from ..functional.formatting import printable
+from ..io import atomic_write_json, check_output_dir, check_output_path, is_safe_name
+from ..results.layout import SUMMARY, report_files
 from .dataclass_args import add_dataclass_arguments
 
 COMPARISON = "comparison.json"  # OUT/report/: what sago-train compare --json writes
@@ -83,13 +84,29 @@ def _same_options(path: Path, config: SAGOConfig, model: str) -> bool:
     return data.get("model") == model and recorded == config.to_dict()
 
 
+def check_study_outputs(out: Path, models: list[tuple[str, str]], sets: dict[str, Any]) -> None:
+    """Every path the study will write, before any model loads: each evaluation directory ``OUT/NAME`` and its
+    files (as ``sago-train eval --out`` checks them), ``OUT/report`` with report.md, every plot and
+    comparison.json. A directory or a link (below OUT) where a file goes, an input set, or an unwritable place is
+    refused now, not after the evaluations."""
+    from .eval_cmd import check_outputs
+
+    check_output_dir(out, what="--out")
+    for name, _ in models:
+        check_outputs(out / name, sets, root=out)
+    report = out / "report"
+    check_output_path(report, what="--out", directory=True, root=out)
+    for path in [*report_files(report, list(sets)), report / COMPARISON]:
+        check_output_path(path, what="--out", root=out)
+
+
 def run(args: argparse.Namespace) -> int:
     from .eval_cmd import config_from_args
 
     config = config_from_args(args)
     models = parse_models(args.models)
     out = Path(args.out)
-    check_output_dir(str(out), what="--out")
+    check_output_dir(out, what="--out")  # before the sets are read
     from ..analysis.compare import compare_evaluations, load_sources
     from ..analysis.report import write_report
     from ..analysis.report_findings import findings_markdown
@@ -97,15 +114,16 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.evaluator import SAGOEvaluator
     from ..functional.formatting import fmt_num
     from .compare_cmd import print_comparison
-    from .console import make_console
+    from .console import make_console, user_text
 
     console = make_console()
     sets = sets_from_specs(args.sets or ["real"], key="set")
+    check_study_outputs(out, models, sets)
     timings = {}
     for name, path in models:
         target = out / name
         if args.reuse and _same_options(target, config, path):
-            console.print(f"study: {name}: reusing {target}")
+            console.print(f"study: {name}: reusing {user_text(target)}")
             continue
         start = time.perf_counter()
         result = SAGOEvaluator.from_pretrained(path, dtype=args.dtype, config=config).evaluate(sets)
@@ -113,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
         result.write(target)
         timings[name] = time.perf_counter() - start
         accuracy = ", ".join(f"{s}: {fmt_num(v.accuracy.mean) if v.accuracy else '-'}" for s, v in result.sets.items())
-        console.print(f"study: {name} ({path}) evaluated in {timings[name]:.0f} s; accuracy {accuracy}")
+        console.print(f"study: {name} ({user_text(path)}) evaluated in {timings[name]:.0f} s; accuracy {accuracy}")
         for note in result.warnings:
-            console.print(f"study: {name}: warning: {note}")
+            console.print(f"study: {name}: warning: {user_text(note)}")
     evals = load_sources([str(out / name) for name, _ in models], last_only=True)
     for ev, (name, _) in zip(evals, models):
         ev.label = name
@@ -125,10 +143,10 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_json(out / "report" / COMPARISON, comparison)
     # The findings as report.md states them (per model: reliability per set and axis, axis relations per set;
     # across models: rank reversal), printed from the recorded evaluations, so a --reuse run prints them too.
-    for line in findings_markdown(evals):
-        console.print(line, markup=False, highlight=False)
-    console.print(f"study: wrote {report.markdown} (reliability per model, axis relations per set, rank reversal, "
-                  f"plots), {out / 'report' / COMPARISON} (the rankings, Kendall's tau and flips above) and "
-                  f"{len(models)} evaluation directories under {out}"
+    for line in findings_markdown(evals):  # markup off; control characters in names and kinds escaped
+        console.print(printable(line), markup=False, highlight=False)
+    console.print(f"study: wrote {user_text(report.markdown)} (reliability per model, axis relations per set, rank "
+                  f"reversal, plots), {user_text(out / 'report' / COMPARISON)} (the rankings, Kendall's tau and flips "
+                  f"above) and {len(models)} evaluation directories under {user_text(out)}"
                   + (f"; evaluations took {sum(timings.values()):.0f} s" if timings else ""))
     return 0

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..functional.formatting import printable
+
 logger = logging.getLogger("sago_train.eval.extraction")
 _warned: set[str] = set()
 
@@ -95,4 +97,4 @@ def warn_fallback(model: nn.Module, reason: str) -> None:
     if name not in _warned:
         _warned.add(name)
         logger.warning("sago_train: %s: prompts are computed twice (separate generation and scoring passes): %s",
-                       name, reason)
+                       name, printable(reason))

@@ -151,6 +151,17 @@ class SAGOConfig:
                 raise unknown_name_error("evaluation option", key, names, key=key)
         return cls(**kwargs)
 
+    def in_training(self) -> SAGOConfig:
+        """The settings inside training (``SAGOCallback``): ``max_groups`` None means
+        :data:`IN_TRAINING_MAX_GROUPS` there, since every evaluation costs training time; 0 stays every group.
+        Whoever loads a monitored set reads only those groups (:meth:`VariantSet.from_jsonl`).
+
+        Example:
+            >>> SAGOConfig().in_training().max_groups, SAGOConfig(max_groups=0).in_training().max_groups
+            (64, 0)
+        """
+        return self if self.max_groups is not None else dataclasses.replace(self, max_groups=IN_TRAINING_MAX_GROUPS)
+
     def to_dict(self) -> dict[str, Any]:
         """The settings, without deprecated aliases (already folded into their new names)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "pooling"}

@@ -114,8 +114,10 @@ class _SAGOArgumentsMethods:
         """The sets named by ``--sago_sets``, loaded (an error names the flag when there are none)."""
         if getattr(self, "_sets", None) is not None:
             return dict(self._sets)  # type: ignore[arg-type]
+        config = self.sago_config().in_training()  # only the groups the callback evaluates are parsed
         with _errors_name_flags({None: SETS_FIELD}):  # a missing file: errors about a file's content keep their key
-            return sets_from_specs(getattr(self, SETS_FIELD), key=f"--{SETS_FIELD}")
+            return sets_from_specs(getattr(self, SETS_FIELD), key=f"--{SETS_FIELD}", max_groups=config.max_groups,
+                                   seed=config.seed)
 
     def sago_config(self) -> SAGOConfig:
         """The evaluation options (``--sago_axes``, ``--sago_max_groups``...) as a :class:`SAGOConfig`."""

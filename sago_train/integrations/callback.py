@@ -27,9 +27,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from .. import distributed
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError
-from ..eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
+from ..eval.config import SAGOConfig
 from ..eval.plan import has_correctness
 from ..functional.axes import ACCURACY, INSTABILITY
+from ..functional.formatting import printable
 from ..io import set_aside
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
@@ -73,18 +74,17 @@ class SAGOCallback(TrainerCallback):
 
     def __init__(self, sets: SetsLike, options: MonitorOptions | None = None, *, config: SAGOConfig | None = None,
                  trainer: Any = None, tokenizer: Any = None, soft_failures: bool = False, **kwargs: Any) -> None:
-        self.sets = resolve_sets(sets)
         self.options, evaluation_options = options_from_kwargs(MonitorOptions, options, kwargs,
                                                                also=tuple(SAGOConfig.field_names()))
         if config is not None and evaluation_options:
             raise SagoInputError(f"pass either config= or evaluation options ({', '.join(evaluation_options)}), "
                                  "not both", key=next(iter(evaluation_options)))
-        config = config if config is not None else SAGOConfig.from_kwargs(**evaluation_options)
-        if config.max_groups is None:  # the in-training default: every evaluation costs training time
-            config = dataclasses.replace(config, max_groups=IN_TRAINING_MAX_GROUPS)
-        self.config = config
+        # Every evaluation costs training time: a capped subset by default.
+        self.config = (config if config is not None else SAGOConfig.from_kwargs(**evaluation_options)).in_training()
+        # Files are read lazily: only the groups the capped subset evaluates are parsed (the rest only counted).
+        self.sets = resolve_sets(sets, max_groups=self.config.max_groups, seed=self.config.seed)
         # Recorded in every history line: a resume on an edited set (or other settings) is refused, see _resumable.
-        self.fingerprints = set_fingerprints(self.sets, config)
+        self.fingerprints = set_fingerprints(self.sets, self.config)
         self.tokenizer = tokenizer
         self.soft_failures = soft_failures
         self.trainer: Any | None = None
@@ -153,6 +153,10 @@ class SAGOCallback(TrainerCallback):
         self.monitor.claim(resumed=resumed, overwrite=self.options.overwrite)
         self.monitor.load(state.global_step if resumed else None, write=main)
         new_baseline = resumed and self._new_baseline_needed(self.monitor, main)
+        if new_baseline:  # early stopping's reference and looks were measured against the old baseline
+            for listener in self._listeners:
+                if hasattr(listener, "start_over"):
+                    listener.start_over()
         self._done = {step: {} for step in self.monitor.steps()}
         self._check_listeners(args, state)
         if main:
@@ -191,7 +195,7 @@ class SAGOCallback(TrainerCallback):
         if main:
             aside = set_aside(monitor.history_path)
             logger.warning("sago: set '%s' changed since step %d: new baseline; the previous history was moved to "
-                           "%s", *changed, aside)
+                           "%s", *changed, printable(aside))
         monitor.load(None)
         return True
 
@@ -249,7 +253,7 @@ class SAGOCallback(TrainerCallback):
             if fill_missing(metrics, watched, args.greater_is_better):
                 logger.warning("sago: no value for %s at step %s (the SAGO evaluation failed, was skipped or gave no "
                                "finite value); using the worst value so that this checkpoint is not chosen as the "
-                               "best", watched, state.global_step)
+                               "best", printable(watched), state.global_step)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         # Only a fallback: the final evaluation normally runs at the last step (see on_step_end); after
@@ -262,7 +266,7 @@ class SAGOCallback(TrainerCallback):
                 self._evaluate(args, state, control, kwargs, complete=True)
             if distributed.is_main_process():
                 for line in run_summary_lines(self.monitor, self.last_changes):
-                    logger.info(line)
+                    logger.info(printable(line))  # kinds are user text
         finally:
             if self.monitor is not None:
                 self.monitor.release()
@@ -285,7 +289,7 @@ class SAGOCallback(TrainerCallback):
             # Only reachable with soft_failures=True (otherwise on_train_begin failed): counted, never silent.
             reason = self._cannot_evaluate or "SAGOCallback has no model or tokenizer"
             self.failures.append({"step": step, "error": f"skipped: {reason}"})
-            logger.warning("sago: evaluation at step %d skipped: %s", step, reason)
+            logger.warning("sago: evaluation at step %d skipped: %s", step, printable(reason))
             return {}
         main = distributed.is_main_process()
         # 1. run
@@ -300,7 +304,7 @@ class SAGOCallback(TrainerCallback):
                 raise
             self.failures.append({"step": step, "error": f"{type(err).__name__}: {err}"})
             logger.error("sago: evaluation at step %d failed and was skipped (%s: %s); training continues",
-                         step, type(err).__name__, err, exc_info=True)
+                         step, type(err).__name__, printable(err), exc_info=True)
             return {}
         seconds = time.perf_counter() - start
         ev.step, ev.epoch = step, float(state.epoch or 0.0)
@@ -316,7 +320,7 @@ class SAGOCallback(TrainerCallback):
             try:
                 self.monitor.record(ev, line)
             except OSError as err:
-                logger.error("sago: could not write the evaluation history (%s); training continues", err)
+                logger.error("sago: could not write the evaluation history (%s); training continues", printable(err))
                 self.failures.append({"step": step, "error": f"OSError: {err}"})
         # 4. report
         settings = {**dataclasses.asdict(self.options), "sets": list(self.sets), **self.config.to_dict()}

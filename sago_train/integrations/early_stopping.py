@@ -15,6 +15,7 @@ from transformers.trainer_callback import ExportableState
 from ..errors import SagoInputError, did_you_mean, short_repr
 from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
+from ..functional.formatting import printable
 from ..functional.sequential import look_level, unreachable_look
 from ..results.evaluation import Evaluation
 from .keys import parse_metric, parse_metric_or_none
@@ -93,13 +94,18 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.mode = mode
         self.exclude_baseline = exclude_baseline
         self.reference_step = reference_step
-        # State (JSON-serializable so that it is saved with checkpoints).
+        self._fresh_state()
+        self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
+        self._warned: set[str] = set()
+        self._started_over = False  # a new baseline (see start_over): the checkpoint's state is not restored
+
+    def _fresh_state(self) -> None:
+        """The state of a run that has seen no evaluation (JSON-serializable, saved with checkpoints)."""
         self.best_step: int | None = None
         self.best_mean: float | None = None
         self.best_ids: list[str] = []
         self.best_values: list[float] = []
-        # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until the
-        # Trainer confirms it as its best (or a later evaluation replaces it).
+        # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until confirmed.
         self.candidate: dict[str, Any] | None = None
         self.counter = 0  # threshold mode: worse evaluations in a row
         # paired mode: the first `patience` evaluations and the latest `patience`, each {"step", "values": {id: v}}
@@ -110,8 +116,11 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.stopped_step: int | None = None
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
-        self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
-        self._warned: set[str] = set()
+
+    def start_over(self) -> None:
+        """Forget every evaluation seen, also the checkpoint's: a resumed run started a new baseline."""
+        self._fresh_state()
+        self._started_over = True
 
     @classmethod
     def from_args(cls, args: Any) -> SAGOEarlyStoppingCallback:
@@ -135,7 +144,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         restores too: the missing attributes keep their defaults."""
         self._check_trainer_direction(args)
         self._warn_threshold()
-        if state.global_step == 0 or not isinstance(state.stateful_callbacks, dict):
+        if self._started_over or state.global_step == 0 or not isinstance(state.stateful_callbacks, dict):
             return
         saved = state.stateful_callbacks.get(type(self).__name__)
         for item in saved if isinstance(saved, list) else [saved]:
@@ -184,7 +193,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             logger.info("sago early stopping: %s: the number of evaluations is not planned (automatic cadence), so "
                         "look k is tested at alpha * 10 / ((k + 9)(k + 10)) (%.2g at the first, ever smaller "
                         "later; their sum is alpha): a fixed eval_steps with max_steps gives every look alpha / "
-                        "looks", self.metric, self.level(1))
+                        "looks", printable(self.metric), self.level(1))
         if n_groups is None:
             return
         bad = unreachable_look(self.alpha, self.looks, n_groups)
@@ -293,7 +302,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.decisions.append(decision)
         if stop:
             self.stopped_step = step
-            logger.warning("sago early stopping at step %d: %s", step, self.reason)
+            logger.warning("sago early stopping at step %d: %s", step, printable(self.reason))
             control.should_training_stop = True
 
     def _track_best(self, step: int, ids: list[str], current: np.ndarray, mean: float, follow: bool) -> str | None:
@@ -384,7 +393,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            logger.warning(message, *args)
+            logger.warning(message, *(printable(a) if isinstance(a, str) else a for a in args))  # the metric
 
 
 def _group_means(entries: list[dict[str, Any]]) -> dict[str, float]:

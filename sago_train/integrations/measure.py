@@ -21,6 +21,7 @@ from ..data.groups import VariantSet
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..eval.evaluator import SAGOEvaluator
+from ..functional.formatting import printable
 from ..results.evaluation import Evaluation
 
 logger = logging.getLogger("sago_train.integrations.callback")  # the callback's log
@@ -60,7 +61,7 @@ def check_can_evaluate(kwargs: dict[str, Any], found: tuple[Any, str], *, soft_f
         if distributed.is_main_process():
             name = getattr(tok, "name_or_path", "") or type(tok).__name__
             log = logger.warning if "collator" in origin else logger.info
-            log("sago: evaluating with the tokenizer %s from %s", name, origin)
+            log("sago: evaluating with the tokenizer %s from %s", printable(name), origin)
         return None
     if not soft_failures:
         raise SagoInputError(problem, hint="or SAGOCallback(soft_failures=True) to train on and count each "

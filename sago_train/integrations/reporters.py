@@ -17,7 +17,7 @@ from transformers import Trainer, TrainerCallback
 from .. import distributed
 from ..functional import stats
 from ..functional.axes import ACCURACY, ACCURACY_WORST_KIND, BETWEEN, INSTABILITY
-from ..functional.formatting import fmt_num, fmt_p
+from ..functional.formatting import fmt_num, fmt_p, printable
 from ..functional.stats import to_jsonable
 from ..functional.wording import READ_BESIDE, change_words, set_context
 from ..results.evaluation import Evaluation
@@ -42,12 +42,13 @@ def report(trainer: Any, args: Any, state: Any, control: Any, ev: Evaluation, ch
         log_wandb_extras(args, state, ev, max_rows=options.log_unstable_groups, details=details,
                          settings=to_jsonable(settings), changes=changes)
     if distributed.is_main_process():
+        # Log lines carry user text (kinds, ids, stop strings): printable, so none acts on a terminal.
         for note in ev.warnings:  # degenerate outputs: empty or question-independent generations
-            logger.warning("sago: step %d: %s", state.global_step, note)
+            logger.warning("sago: step %d: %s", state.global_step, printable(note))
         for line in change_lines(ev, changes, monitor.baseline):
-            logger.info(line)
+            logger.info(printable(line))
         for line in accuracy_warnings(ev, changes, monitor.baseline):
-            logger.warning(line)
+            logger.warning(printable(line))
     return metrics
 
 
@@ -62,7 +63,7 @@ def log_metrics(trainer: Any, metrics: dict[str, float], state: Any, control: An
         # Unbound: what Trainer.log records, without the report_to integrations (see the callback's module doc).
         state.log_history.append({**metrics, "step": state.global_step})
         if distributed.is_main_process():
-            logger.info("sago metrics: %s", metrics)
+            logger.info("sago metrics: %s", printable(metrics))
         return
     # Trainer.log resets control.should_log (and the handler may touch other flags); keep the Trainer's own
     # plans for this step (its loss log, evaluation, checkpoint) intact.
@@ -234,7 +235,7 @@ def log_wandb_extras(args: Any, state: Any, ev: Evaluation, *, max_rows: int,
         wandb.log(payload)
     except Exception as err:  # noqa: BLE001 - a failing W&B must not stop the other reporters
         logger.warning("sago: W&B logging failed (%s: %s); other reporters and the history go on",
-                       type(err).__name__, err)
+                       type(err).__name__, printable(err))
 
 
 def log_tensorboard_histograms(trainer: Any, state: Any, ev: Evaluation) -> None:
@@ -257,7 +258,7 @@ def log_tensorboard_histograms(trainer: Any, state: Any, ev: Evaluation) -> None
         writer.flush()
     except Exception as err:  # noqa: BLE001 - a failing reporter must not stop the others
         logger.warning("sago: TensorBoard histograms failed (%s: %s); other reporters and the history go on",
-                       type(err).__name__, err)
+                       type(err).__name__, printable(err))
 
 
 # ---------------------------------------------------------------------------------------------- the guard
@@ -285,7 +286,7 @@ class GuardedReporter(TrainerCallback):
             except Exception as err:  # noqa: BLE001 - a reporter must not cost the training run
                 self.disabled = True
                 logger.error("sago: %s failed in %s (%s: %s); it is switched off, training, the other reporters "
-                             "and the SAGO history go on", type(wrapped).__name__, name, type(err).__name__, err)
+                             "and the SAGO history go on", type(wrapped).__name__, name, type(err).__name__, printable(err))
                 return None
 
         return safe

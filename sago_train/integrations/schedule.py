@@ -18,6 +18,7 @@ from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..eval.plan import axes_computed, select_groups
 from ..functional.axes import ACCURACY, INSTABILITY, get_axis
+from ..functional.formatting import printable
 from .keys import PREFIX, trainer_key
 from .options import MonitorOptions
 
@@ -288,7 +289,7 @@ class Schedule:
         if self.complete_for_trainer and distributed.is_main_process():
             logger.info("sago: metric_for_best_model=%s needs generation: the SAGO evaluations at the Trainer's "
                         "evaluation steps compute every axis (generation_every=%d applies to the others)",
-                        args.metric_for_best_model, opts.generation_every)
+                        printable(args.metric_for_best_model), opts.generation_every)
         self.auto = opts.eval_steps is None and not trainer_evaluates(args)
         self.next_auto = None
         self.clock = EvalClock(time.perf_counter(), state.global_step)

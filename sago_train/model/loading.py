@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import SagoInputError, unknown_name_error
+from ..functional.formatting import printable
 from ..limits import read_bounded_text
 from .real import resolve_model_path
 
@@ -123,7 +124,7 @@ def _from_pretrained(name: str, **kwargs: Any) -> Any:
     unused = sorted(info.get("unexpected_keys") or [])
     if unused:
         logger.warning("sago: %d weight(s) in the checkpoint of %s are not used by the model, e.g. %s", len(unused),
-                       name, ", ".join(unused[:3]))
+                       printable(name), printable(", ".join(unused[:3])))
     return model
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SagoInputError, unknown_name_error
+from ..functional.formatting import printable
 from .tiny import tiny_model_path
 
 SCHEME = "sago://"
@@ -128,7 +129,7 @@ def real_model_for(value: str | os.PathLike[str]) -> RealModel | None:
 
 
 def _log(message: str) -> None:
-    print(f"sago_train: {message}", file=sys.stderr, flush=True)
+    print(f"sago_train: {printable(message)}", file=sys.stderr, flush=True)  # paths are user text
 
 
 def check_installed(model: RealModel) -> None:

@@ -15,7 +15,8 @@ from ..io import safe_child, validate_set_name
 SUMMARY = "summary.json"
 HISTORY = "history.jsonl"
 SAGO_DIR = "sago"  # a run's folder inside the Trainer's output_dir
-REPORT_MD = "report.md"  # what ``sago-train report`` writes, beside its plots
+REPORT_MD = "report.md"  # what ``sago-train report`` writes, beside its plots (report_files)
+CORRELATION_PLOT = "axis_correlation.png"
 RESOLVED_RECIPE = "recipe.yaml"  # a recipe run's output_dir: the recipe as it ran (after overrides)
 
 
@@ -53,6 +54,31 @@ def records_name(set_name: str) -> str:
         'paraphrase.jsonl'
     """
     return f"{validate_set_name(set_name)}.jsonl"
+
+
+def report_plot(out_dir: str | Path, kind: str, set_name: str | None = None) -> Path:
+    """A plot of ``sago-train report``: ``<kind>_<set>.png`` (``steps``, ``groups``), or without a set the axis
+    correlation; a set name that is not one safe path component is refused.
+
+    Example:
+        >>> report_plot("rep", "steps", "paraphrase").as_posix(), report_plot("rep", "correlation").name
+        ('rep/steps_paraphrase.png', 'axis_correlation.png')
+    """
+    if set_name is None:
+        return Path(out_dir) / CORRELATION_PLOT
+    return Path(out_dir) / f"{kind}_{validate_set_name(set_name)}.png"
+
+
+def report_files(out_dir: str | Path, set_names: list[str]) -> list[Path]:
+    """Every file ``sago-train report`` may write in ``out_dir`` for these sets: each is checked before any plot
+    is drawn (a directory or a link where a plot goes is refused, not found after the work).
+
+    Example:
+        >>> [p.name for p in report_files("rep", ["s"])]
+        ['report.md', 'steps_s.png', 'groups_s.png', 'axis_correlation.png']
+    """
+    plots = [report_plot(out_dir, kind, s) for s in set_names for kind in ("steps", "groups")]
+    return [Path(out_dir) / REPORT_MD, *plots, report_plot(out_dir, "correlation")]
 
 
 def result_files(directory: str | Path) -> dict[str, Path]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError
+from ..functional.formatting import printable
 from ..functional.stats import Summary
 from ..io import (
     LOCK_NAME,
@@ -94,7 +95,7 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
                  "pass SAGOCallback(overwrite=True) or sago-train run --overwrite, or choose another output directory",
         )
     aside = set_aside(path)
-    logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s", n, aside)
+    logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s", n, printable(aside))
 
 
 @dataclass
@@ -122,7 +123,7 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
         count[0] += 1
         if count[0] <= MAX_REPEATED_WARNINGS:  # the rest are counted, said once below
             skipped.append(err.with_traceback(None))
-            logger.warning("sago: skipped a corrupt history line: %s", err.format())
+            logger.warning("sago: skipped a corrupt history line: %s", printable(err.format()))
 
     by_step: dict[int, dict[str, Any]] = {}
     for lineno, entry in read_jsonl(path, what="SAGO history", on_bad_line=skip):
@@ -134,7 +135,7 @@ def read_history(sago_dir: str | Path, *, allow_empty: bool = False) -> History:
         by_step[int(entry["step"])] = entry  # a repeated step (a resumed run redoing it) keeps the later line
     if count[0] > MAX_REPEATED_WARNINGS:
         logger.warning("sago: ... and %s more corrupt lines in %s, skipped", f"{count[0] - MAX_REPEATED_WARNINGS:,}",
-                       src)
+                       printable(src))
     if not by_step and skipped:
         raise SagoInputError(f"no evaluations in {src}: all {count[0]:,} line(s) are corrupt; the first: "
                              f"{skipped[0].format()}", hint="restore the file from a copy, or start a fresh run")

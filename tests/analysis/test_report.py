@@ -349,3 +349,28 @@ def test_change_since_baseline_applies_the_rule_to_recorded_numbers(tmp_path, ca
     rows = {line.split(" | ")[2]: line for line in section.splitlines() if line.startswith("| run | s |")}
     assert rows["activation"].endswith("| no significant difference |")
     assert rows["confidence"].endswith("| less stable |")
+
+
+@pytest.mark.parametrize("plot", ["steps_s.png", "groups_s.png", "axis_correlation.png"])
+@pytest.mark.parametrize("what", ["directory", "link"])
+def test_every_plot_path_is_checked_before_any_plot_is_drawn(tmp_path, capsys, monkeypatch, plot, what):
+    """Issue 22: a directory (or a link leaving --out) where a PNG goes failed with a traceback after the other
+    plots were drawn, or wrote through the link."""
+    import sago_train.analysis.report_plots as plots
+
+    run = write_run_dir(tmp_path / "run", {0: {"s": axis_values(0)}, 2: {"s": axis_values(1)}})
+    rep, outside = tmp_path / "rep", tmp_path / "outside.png"
+    outside.write_bytes(b"the user's file")
+    if what == "directory":
+        (rep / plot).mkdir(parents=True)
+    else:
+        rep.mkdir()
+        (rep / plot).symlink_to(outside)
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(path))
+    code, _, err = run_cli(["report", str(run), "--out", str(rep)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    expected = "is a directory, expected a file" if what == "directory" else \
+        "is a symbolic link; sago_train never writes through one"
+    assert f"--out {rep / plot} {expected}" in err, err
+    assert drawn == [] and not (rep / "report.md").exists() and outside.read_bytes() == b"the user's file"

@@ -369,3 +369,51 @@ def test_same_recipe_same_seed_same_lora_initialization():
         weights.append({n: p.detach().clone() for n, p in tr.model.named_parameters() if "lora" in n})
     assert weights[0] and weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][n], weights[1][n]) for n in weights[0])
+
+
+STEPS_OR_SHARE = "an integer in [1, 2,147,483,647] (MAX_TRAINING_STEPS), or a share of the total steps in (0, 1)"
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("training.max_steps", "0", "an integer in [1, 2,147,483,647] (MAX_TRAINING_STEPS) or -1 (num_train_epochs "
+                                "decides), got 0"),
+    ("training.max_steps", "3000000000", "(num_train_epochs decides), got 3000000000"),
+    ("training.num_train_epochs", ".inf", "a number in [0, 2,147,483,647] (MAX_TRAINING_STEPS), got inf"),
+    ("training.per_device_train_batch_size", "0", "a positive integer up to 65,536 (MAX_BATCH_SIZE), got 0"),
+    ("training.per_device_eval_batch_size", "100000", "a positive integer up to 65,536 (MAX_BATCH_SIZE), got 100000"),
+    ("training.gradient_accumulation_steps", "0", "a positive integer up to 65,536 (MAX_BATCH_SIZE), got 0"),
+    ("training.logging_steps", "0", f"{STEPS_OR_SHARE}, got 0"),
+    ("training.eval_steps", "2.5", f"{STEPS_OR_SHARE}, got 2.5"),
+    ("training.save_steps", "1e12", f"{STEPS_OR_SHARE}, got 1000000000000.0"),
+    ("training.warmup_steps", "-1", "an integer in [0, 2,147,483,647] (MAX_TRAINING_STEPS), or a share of the total "
+                                    "steps in (0, 1), got -1"),
+    ("training.learning_rate", ".nan", "a finite number >= 0, got nan"),
+    ("training.learning_rate", "-1e-3", "a finite number >= 0, got -0.001"),
+    ("training.seed", "-1", "an integer in [0, 4,294,967,295] (MAX_SEED), got -1"),
+    ("training.data_seed", "4294967296", "an integer in [0, 4,294,967,295] (MAX_SEED), got 4294967296"),
+    ("data.max_length", "0", "a positive integer up to 262,144 (MAX_VARIANT_TOKENS), got 0"),
+    ("data.max_length", "100000000000000000000", "(MAX_VARIANT_TOKENS), got 100000000000000000000"),
+    ("monitor.eval_steps", "3000000000", "a positive integer up to 2,147,483,647 (MAX_TRAINING_STEPS), got 3000000000"),
+])
+def test_recipe_numbers_out_of_range_name_key_range_and_value(key, value, expected):
+    """Issue 22: gradient_accumulation_steps 0 was a ZeroDivisionError and learning_rate .nan a ValueError, both
+    tracebacks after the model loaded; max_steps 0 ran one step."""
+    with pytest.raises(SagoInputError) as err:
+        load_recipe(DEMO, [f"--{key}={value}"])
+    assert str(err.value).startswith(f"{DEMO}") and f"field '{key}': expected " in str(err.value)
+    assert str(err.value).endswith(expected), str(err.value)
+    if key in ("training.max_steps", "training.learning_rate", "training.logging_steps", "training.seed"):
+        line = DEMO.read_text().splitlines().index(next(x for x in DEMO.read_text().splitlines()
+                                                        if x.strip().startswith(key.split(".")[1] + ":"))) + 1
+        assert str(err.value).startswith(f"{DEMO}:{line}: ")  # the line of the value it overrides
+
+
+@pytest.mark.parametrize("override", ["--training.max_steps=-1", "--training.logging_steps=0.1",
+                                      "--training.warmup_steps=0", "--training.learning_rate=0",
+                                      "--data.max_length=262144", "--training.eval_steps=null"])
+def test_recipe_numbers_at_the_edges_of_their_ranges_are_taken(override):
+    key, _, value = override[2:].partition("=")
+    section, name = key.split(".")
+    recipe = load_recipe(DEMO, [override])
+    got = recipe.training.get(name) if section == "training" else getattr(recipe.data, name)
+    assert got == yaml.safe_load(value)

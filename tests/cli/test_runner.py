@@ -79,5 +79,22 @@ def test_a_recipe_names_one_bundled_set(tmp_path):
                     "model:\n  path: sago://tiny-llama\ndata:\n  train: sago://demo/groups.jsonl\n"
                     "monitor:\n  sets:\n    caps: real/capitals\n")
     recipe = load_recipe(path)
-    vs = _load_set(recipe, "caps", recipe.monitor.sets["caps"])
+    vs = _load_set(recipe, "caps", recipe.monitor.sets["caps"], SAGOConfig())
     assert vs.name == "caps" and len(vs) == len(bundled_sets("real")["capitals"])
+
+
+def test_a_recipes_monitored_sets_are_read_lazily(tmp_path, monkeypatch):
+    """Issue 22: monitor.sets were parsed whole although monitor.options.max_groups caps what is evaluated."""
+    from sago_train import SAGOCallback
+
+    from .._helpers.lazy_sets import parsed_bytes, set_with_garbage_outside_the_subset
+
+    path = tmp_path / "s.jsonl"
+    ids, kept_bytes = set_with_garbage_outside_the_subset(path, n=50, max_groups=3)
+    recipe = load_recipe(DEMO, ["--training.report_to=[]", f"--monitor.sets={{s: {path}}}",
+                                "--monitor.options.max_groups=3"])
+    with parsed_bytes(monkeypatch) as seen:
+        trainer = build_trainer(recipe, output_dir=str(tmp_path / "run"))
+    (cb,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, SAGOCallback)]
+    assert [g.id for g in cb.sets["s"]] == ids
+    assert seen[str(path)] == kept_bytes

@@ -220,3 +220,15 @@ def test_sago_sets_names_one_bundled_set():
 
     sets = parse(["--sago_sets", "real/capitals", "tiny"]).variant_sets()
     assert list(sets)[0] == "capitals" and len(sets["capitals"]) == len(bundled_sets("real")["capitals"])
+
+
+def test_sago_sets_are_read_lazily(tmp_path, monkeypatch):
+    """Issue 22: --sago_sets parsed every group although the callback evaluates a capped subset."""
+    from .._helpers.lazy_sets import parsed_bytes, set_with_garbage_outside_the_subset
+
+    path = tmp_path / "s.jsonl"
+    ids, kept_bytes = set_with_garbage_outside_the_subset(path, n=50, max_groups=3)
+    with parsed_bytes(monkeypatch) as seen:
+        sago = parse(["--sago_sets", f"s={path}", "--sago_max_groups", "3"])
+    assert [g.id for g in sago.variant_sets()["s"]] == ids
+    assert seen == {str(path): kept_bytes}

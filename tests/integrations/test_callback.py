@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 
 from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
 
+from .._helpers.lazy_sets import parsed_bytes, set_with_garbage_outside_the_subset
 from .._helpers.trainer import Drift, drifting_trainer, make_trainer, variant_set
 
 pytestmark = pytest.mark.slow
@@ -551,6 +552,25 @@ def test_reporter_guard_wraps_and_never_patches(tmp_path, monkeypatch):
     guarded[0].wrapped.on_log = lambda *a, **k: (calls.append(1), 1 / 0)  # a reporter that dies
     tr.train()
     assert tr.state.global_step == 1 and guarded[0].disabled and calls
+
+
+@pytest.mark.parametrize("max_groups, kept", [(4, 4), (None, 64)], ids=["max_groups_4", "in_training_default_64"])
+def test_a_monitored_set_file_is_read_lazily(tmp_path, monkeypatch, max_groups, kept):
+    """Issue 22: only `sago-train eval --max-groups` read a set lazily; the callback parsed a monitored set whole
+    although it evaluates a capped subset (by default 64 groups)."""
+    from sago_train.data import VariantSet
+    from sago_train.integrations.fingerprint import set_fingerprints
+
+    path = tmp_path / "s.jsonl"
+    ids, kept_bytes = set_with_garbage_outside_the_subset(path, n=100, max_groups=kept)
+    with parsed_bytes(monkeypatch) as seen:
+        cb = SAGOCallback({"s": str(path)}, max_groups=max_groups)
+    assert [g.id for g in cb.sets["s"]] == ids and len(ids) == kept
+    assert seen == {str(path): kept_bytes}  # the 100 - kept garbage lines (200 kB each) were never parsed
+    # The lazily read set is fingerprinted as the whole file would be: a resume across versions still matches.
+    whole = VariantSet.from_records([{"id": f"g{i}", "variants": [f"The number {i} is", f"number {i}:"],
+                                      "reference": f" {i}"} for i in range(100)], name="s")
+    assert cb.fingerprints == set_fingerprints({"s": whole}, cb.config)
 
 
 def test_no_stack_frame_walking_in_the_package():

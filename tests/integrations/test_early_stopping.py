@@ -3,6 +3,7 @@ state that survives resume. Its run-level false-stop rate is measured in tests/b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 from scipy import stats as sps
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from sago_train import SAGOEarlyStoppingCallback, SagoInputError
+from sago_train import SAGOCallback, SAGOEarlyStoppingCallback, SagoInputError
+from sago_train.integrations.fingerprint import set_fingerprints
 from sago_train.results.evaluation import Evaluation
 
 from .._helpers.trainer import Drift, drifting_trainer
@@ -158,6 +160,42 @@ def test_state_survives_trainer_checkpoint_and_resume(tmp_path):
     tr2.train(resume_from_checkpoint=str(out / "checkpoint-4"))
     assert seen == {"reference": reference_at_4, "best_step": cb_state["attributes"]["best_step"]}
     assert [e["step"] for e in stopper2.reference] == [1, 2, 3, 4, 5, 6, 7, 8]  # the resumed run went on
+
+
+def test_a_new_baseline_after_resume_starts_the_stopper_over(tmp_path):
+    """Issue 22: after ``--resume --new-baseline`` the stopper kept the reference, window and looks restored
+    from the checkpoint, i.e. measured against the old baseline, and would pair them with the new evaluations."""
+    out = tmp_path / "run"
+    first = SAGOEarlyStoppingCallback("sago/num/activation", patience=50)
+    tr = drifting_trainer(out, 0.12, first)
+    tr.args.max_steps, tr.args.save_strategy, tr.args.save_steps = 4, "steps", 4
+    tr.train()
+    saved = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    old = saved["stateful_callbacks"]["SAGOEarlyStoppingCallback"]["attributes"]
+    assert [e["step"] for e in old["reference"]] == [1, 2, 3, 4] and old["best_step"] is not None
+
+    stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=50)
+    tr2 = drifting_trainer(out, 0.12, stopper)
+    sago = next(c for c in tr2.callback_handler.callbacks if isinstance(c, SAGOCallback))
+    # Another evaluation setting (n_bootstrap) changes the set's fingerprint: the resume needs a new baseline.
+    sago.config = dataclasses.replace(sago.config, n_bootstrap=300)
+    sago.fingerprints = set_fingerprints(sago.sets, sago.config)
+    sago.options.new_baseline = True
+    tr2.args.max_steps, tr2.args.save_strategy = 6, "no"
+    seen = {}
+
+    def peek(args, state, control, **kw):  # after every on_train_begin (this hook is the last callback)
+        seen["reference"] = [e["step"] for e in stopper.reference]
+        seen["best_step"], seen["looks_done"] = stopper.best_step, stopper.looks_done
+
+    hook = TrainerCallback()
+    hook.on_train_begin = peek
+    tr2.add_callback(hook)
+    tr2.train(resume_from_checkpoint=str(out / "checkpoint-4"))
+    # At train start only the new baseline (step 4, measured there) is seen: nothing from the old run.
+    assert seen == {"reference": [4], "best_step": 4, "looks_done": 0}
+    assert [e["step"] for e in stopper.reference] == [4, 5, 6]
+    assert [d["step"] for d in stopper.decisions] == [4, 5, 6]
 
 
 def test_the_baseline_is_never_the_best_by_default():

@@ -139,3 +139,27 @@ def test_accuracy_warning_error_rates_by_simulation():
     power = _warning_rate(0.6, 0.35, reps=60)
     assert false_alarm <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 300), false_alarm
     assert power >= 0.9, power
+
+
+def test_log_lines_escape_kinds_ids_and_stop_strings(tmp_path, caplog):
+    """Issue 22: the console lines of the callback (change since the baseline, notes, the run's summary) carried
+    kinds as written: an ESC or OSC sequence in a kind cleared the screen or retitled the terminal of a training
+    run. Every sago_train log line is inert text; the kinds read as their escapes."""
+    import logging
+
+    from sago_train import SAGOCallback
+    from sago_train.data import VariantSet
+
+    from .._helpers.trainer import make_trainer
+
+    kinds = ["t\x1b]0;x\x07", "[/bold]", "p\x1b[2J"]  # the first is the worst kind (every accuracy is 0 here)
+    groups = [{"id": f"g\x1b[2J{i}", "variants": [f"The number {i} is", f"number {i}:", f"Tell me {i}"],
+               "kinds": kinds, "reference": f" {i}"} for i in range(8)]
+    cb = SAGOCallback(VariantSet.from_records(groups, name="num"), eval_steps=2, max_new_tokens=3, n_bootstrap=100,
+                      stop_strings=["\x1b]0;s\x07"])
+    with caplog.at_level(logging.INFO, logger="sago_train"):
+        make_trainer(tmp_path, callbacks=[cb], max_steps=4).train()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("sago_train")]
+    assert lines and not [x for x in lines if "\x1b" in x or "\x07" in x]
+    assert any("accuracy_worst_kind (t\\x1b]0;x\\x07)" in x for x in lines), lines
+    assert any("sago: summary of the run" in x for x in lines)
