@@ -86,7 +86,7 @@ demo: $(STAMP)
 
 # The real-model demo (recipes/demo-real.yaml): SmolLM2-135M-Instruct (sago://smollm2-135m-instruct, converted
 # once into the cache) is evaluated on the bundled real-model sets, then learns made-up capitals with LoRA in
-# three arms (canonical / augment / relative: the default stability loss), monitored by SAGO on held-out
+# three arms (canonical / augment / relative: the relative stability loss), monitored by SAGO on held-out
 # phrasings; the demo script compares the arms (runs/demo-real/report/report.md, runs/demo-real/headline.md). W&B logs offline.
 DEMO_REAL ?= runs/demo-real
 demo-real: $(STAMP)

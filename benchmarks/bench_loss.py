@@ -15,8 +15,8 @@ A step is ``zero_grad -> forward -> backward -> AdamW step``. Each repeat runs t
 the same batch (task, sago, hs, naive, task, ...); the ratio of each arm to the task step *of the same repeat*
 is taken, and the median and spread (min, max) of those per-repeat ratios are reported, for wall-clock time
 and for the process's CPU time (which leaves out waiting for a core on a shared machine). The load average
-before and after the timed repeats is printed with them. The stability settings are the library's defaults
-(``StabilityConfig()``: mode relative / infonce, last-prompt-token pooling) unless ``--mode`` /
+before and after the timed repeats is printed with them. The stability settings are
+(mode relative / infonce, last-prompt-token pooling, weights 0.1 / 0.1: the default before the loss experiment) unless ``--mode`` /
 ``--act-pooling`` say otherwise; the naive arm computes the same formulas the obvious way.
 
 Memory: on CUDA, ``torch.cuda.max_memory_allocated`` over one step. On CPU there is no allocator counter, and

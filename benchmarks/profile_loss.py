@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model, vocab = bench_loss.build_model(args.hidden, args.layers, args.vocab).train(), args.vocab
     batch = bench_loss.make_batch(args.groups, args.k, args.prompt_len, args.target_len, vocab)
-    fns = bench_loss.loss_functions(model, batch, StabilityConfig())
+    fns = bench_loss.loss_functions(model, batch, StabilityConfig(act_weight=0.1, conf_weight=0.1))
     arms = ["task"] + [a for a in args.arms.split(",") if a != "task"]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     for name in arms:  # warm-up (and the first batch's head check in the sago arm)

@@ -257,9 +257,10 @@ def test_readme_stability_example(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     trainer = run_block("README.md", "trainer = StabilityTrainer(", {})["trainer"]
     assert trainer.state.global_step == 10
-    terms = [h for h in trainer.state.log_history if "sago_act_loss" in h]
-    assert [h["step"] for h in terms] == [5, 10] and all(math.isfinite(h["sago_act_loss"]) and math.isfinite(h["sago_conf_loss"]) for h in terms)
-    assert any(h["sago_act_loss"] > 0 for h in terms)  # two groups per batch: the relative term is defined
+    terms = [h for h in trainer.state.log_history if "sago_conf_loss" in h]
+    assert [h["step"] for h in terms] == [5, 10] and all(math.isfinite(h["sago_conf_loss"]) for h in terms)
+    assert any(h["sago_conf_loss"] > 0 for h in terms)  # the variants' distributions differ from the canonical's
+    assert all("sago_act_loss" not in h for h in trainer.state.log_history)  # act_weight 0: no activation term
 
 
 def test_accuracy_beside_stability_example(capsys):

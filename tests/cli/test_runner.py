@@ -36,12 +36,16 @@ def test_a_recipe_without_a_stability_section_uses_the_api_defaults(tmp_path):
     assert recipe.stability is None
     trainer = build_trainer(recipe, output_dir=str(tmp_path / "run"))
     declared = {f.name: f.default for f in dataclasses.fields(StabilityConfig)}
-    assert declared["act_weight"] == 0.1 and declared["conf_weight"] == 0.1
+    # Both weights 0 (augmentation, what docs/loss-experiment.md recommends): no term, no layers to hook.
+    assert declared["act_weight"] == 0.0 and declared["conf_weight"] == 0.0
     got = dataclasses.asdict(trainer.stability_config)
     assert got == dataclasses.asdict(StabilityConfig())  # what StabilityTrainer uses without stability_config
-    assert (got["act_weight"], got["conf_weight"]) == (0.1, 0.1)
-    # Layers defaulted once, against the model: 4 evenly spaced blocks of the tiny model's 4.
-    assert trainer._sago_loss.layers == default_layers(4) == [0, 1, 2, 3]
+    assert (got["act_weight"], got["conf_weight"]) == (0.0, 0.0)
+    assert not trainer.stability_config.enabled and trainer._sago_loss.layers == []
+    # With a weight, the layers default once, against the model: 4 evenly spaced blocks of the tiny model's 4.
+    on = build_trainer(dataclasses.replace(recipe, stability=StabilityConfig(act_weight=0.1)),
+                       output_dir=str(tmp_path / "run-on"))
+    assert on._sago_loss.layers == default_layers(4) == [0, 1, 2, 3]
 
 
 def test_recipe_layers_reach_the_loss_as_block_indices(tmp_path):

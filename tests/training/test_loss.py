@@ -92,7 +92,7 @@ def test_config_warmup_and_parser():
     assert StabilityConfig().kinds_to_draw == ["typo", "casing", "whitespace"]
     with pytest.raises(SagoInputError, match="out of range"):
         StabilityLoss(StabilityConfig(layers=[0, 4]), make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False))
-    assert StabilityLoss(StabilityConfig(), make_tiny_model("llama", layers=8, ids=SPECIALS_FIRST, eval_mode=False)).layers == [1, 3, 5, 7]
+    assert StabilityLoss(StabilityConfig(act_weight=0.1), make_tiny_model("llama", layers=8, ids=SPECIALS_FIRST, eval_mode=False)).layers == [1, 3, 5, 7]
     assert StabilityLoss(StabilityConfig(act_weight=0.0), make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)).layers == []
 
 
@@ -372,7 +372,7 @@ def test_reentrant_checkpoint_around_hooks_is_a_clear_error(batch):
     _old_style_checkpointing(model, use_reentrant=True)
     model.enable_input_require_grads()
     with pytest.raises(SagoInputError, match="use_reentrant"):
-        StabilityLoss(StabilityConfig(layers=[0]), model)(model, batch, use_cache=False)
+        StabilityLoss(StabilityConfig(act_weight=0.1, layers=[0]), model)(model, batch, use_cache=False)
 
 
 def test_first_capture_wins_within_one_window(batch):

@@ -158,7 +158,7 @@ def test_gradient_checkpointing_gives_the_same_losses(tmp_path, tok, lora):
 
 
 def test_bf16_autocast_steps_are_finite(tmp_path, tok):
-    _, logs = _train(tmp_path, tok, bf16=True, max_steps=2, config=StabilityConfig(mode="anchor"))
+    _, logs = _train(tmp_path, tok, bf16=True, max_steps=2, config=StabilityConfig(act_weight=0.1, conf_weight=0.1, mode="anchor"))
     assert logs
     for log in logs:
         assert all(torch.isfinite(torch.tensor(log[k])) for k in ("loss", *TERMS))
