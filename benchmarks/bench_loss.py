@@ -31,6 +31,10 @@ Usage:
     python benchmarks/bench_loss.py --hidden 256 --layers 8 --device cuda --bf16
     python benchmarks/bench_loss.py --model sago://smollm2-135m-instruct --lora 8 --threads 1 --reps 9
     python benchmarks/bench_loss.py --model sago://smollm2-135m-instruct --lora 8 --threads 1 --bf16 --target-len 64
+    python benchmarks/bench_loss.py --mode consistency --teacher frozen   # self-distillation, base-model teacher
+
+In mode ``consistency`` the weights default to act 0, conf 1 (the self-distillation term alone); a ``frozen`` /
+``ema`` teacher's extra no-grad forward is inside every timed step of the sago, hs and naive arms.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from loss_measure import measure_memory, measure_time, ratio_summary  # noqa: E4
 from sago_train.functional import (  # noqa: E402
     activation_dispersion,
     anchor_activation_distance,
+    anchor_kl,  # noqa: E402
     js_divergence,
     relative_dispersion,
 )
@@ -67,6 +72,7 @@ from sago_train.training.loss import (  # noqa: E402
     split_batch,
     target_logprobs,
 )
+from sago_train.training.teacher import Teacher  # noqa: E402
 
 TARGETS = {"time": 1.10, "memory": 1.05}
 
@@ -150,7 +156,7 @@ def naive_act(vectors: torch.Tensor, layout: Any, cfg: StabilityConfig) -> torch
     """L_act of one layer's pooled ``[G, K, H]`` vectors, per group, as the naive arm computes it."""
     if cfg.mode == "centroid":
         return activation_dispersion(vectors)
-    if cfg.mode == "anchor":
+    if cfg.mode in ("anchor", "consistency"):
         return anchor_activation_distance(vectors, layout.canonical)
     if cfg.relative_form == "ratio":
         return relative_dispersion(vectors)
@@ -160,36 +166,46 @@ def naive_act(vectors: torch.Tensor, layout: Any, cfg: StabilityConfig) -> torch
 def loss_functions(model: torch.nn.Module, batch: dict[str, torch.Tensor], cfg: StabilityConfig) -> dict[str, Callable[[], torch.Tensor]]:
     model_inputs, groups = split_batch(batch)
     sago = StabilityLoss(cfg, model)
+    teacher = Teacher(cfg.teacher, model, cfg.ema_decay) if cfg.mode == "consistency" else None
+
+    def teacher_logits() -> torch.Tensor | None:
+        return sago.teacher_logits(model, teacher, model_inputs, groups)
 
     def task() -> torch.Tensor:
         return model(**model_inputs).loss
 
     def with_hooks() -> torch.Tensor:
-        out, terms = sago(model, batch)
+        out, terms = sago(model, batch, teacher=teacher)
         return out.loss + terms.weighted(cfg.act_weight, cfg.conf_weight)
 
     def hidden_states() -> torch.Tensor:
+        t_logits = teacher_logits()
         out = model(**model_inputs, output_hidden_states=True)
         # hidden_states[l + 1] is block l's output (the last entry is after the final norm in transformers,
         # the same cost); hidden_states[-1] feeds the LM head.
         capture = HiddenCapture(model, sago.layers, final_hidden=True)
         capture.hidden = {layer: out.hidden_states[layer + 1] for layer in sago.layers}
         capture.final = out.hidden_states[-1]
-        terms = sago.terms(groups, capture, input_ids=model_inputs["input_ids"], model=model)
+        terms = sago.terms(groups, capture, input_ids=model_inputs["input_ids"], model=model, teacher_logits=t_logits)
         return out.loss + terms.weighted(cfg.act_weight, cfg.conf_weight)
 
     def naive() -> torch.Tensor:
+        t_logits = teacher_logits()
         out = model(**model_inputs, output_hidden_states=True)
         layout = group_layout(groups, model_inputs["input_ids"])
-        act = torch.stack(
-            [naive_act(pool_hidden(out.hidden_states[layer + 1], layout, cfg.act_pooling), layout, cfg).mean()
-             for layer in sago.layers]
-        ).mean()
+        per_layer = [naive_act(pool_hidden(out.hidden_states[layer + 1], layout, cfg.act_pooling), layout, cfg).mean()
+                     for layer in sago.layers]
+        act = torch.stack(per_layer).mean() if per_layer else out.loss.new_zeros(())
         lp, mask = target_logprobs(out.logits, layout)
         w = mask.float()
-        if cfg.mode == "anchor":
-            from sago_train.functional import anchor_kl
-
+        if cfg.mode == "consistency":
+            if t_logits is None:  # teacher 'self': the canonical rows of the same logits
+                rows = layout.order.view(layout.num_groups, -1)[torch.arange(layout.num_groups), layout.canonical]
+                pos = layout.prompt_length[rows, None] - 1 + torch.arange(lp.shape[1])
+                t_logits = out.logits[rows[:, None], pos.clamp(max=out.logits.shape[1] - 1)].detach()
+            t_lp = torch.log_softmax(t_logits.float() / cfg.teacher_temperature, -1)
+            per_pos = anchor_kl(lp, layout.canonical[:, None].expand_as(mask), teacher=t_lp)
+        elif cfg.mode == "anchor":
             per_pos = anchor_kl(lp, layout.canonical[:, None].expand_as(mask))
         else:
             per_pos = js_divergence(lp)
@@ -218,6 +234,7 @@ def run_benchmark(
     lora: int = 0,
     mode: str | None = None,
     act_pooling: str | None = None,
+    teacher: str = "self",
 ) -> dict[str, Any]:
     if model_name:
         model = load_model(model_name, lora, device).train()
@@ -229,6 +246,8 @@ def run_benchmark(
     # The library's defaults (mode relative / infonce, last-prompt-token pooling) unless told otherwise; the
     # naive arm spells out the same formulas (naive_act).
     overrides = {key: value for key, value in (("mode", mode), ("act_pooling", act_pooling)) if value is not None}
+    if mode == "consistency":
+        overrides["teacher"] = teacher
     cfg = StabilityConfig(act_weight=act_weight, conf_weight=conf_weight, **overrides)
     fns = loss_functions(model, batch, cfg)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
@@ -246,6 +265,8 @@ def run_benchmark(
             "sequences": groups * k, "seq_len": int(batch["input_ids"].shape[1]), "target_len": target_len,
             "stability_layers": StabilityLoss(cfg, model).layers, "threads": torch.get_num_threads(), "reps": reps,
             "mode": cfg.mode, "relative_form": cfg.relative_form, "act_pooling": cfg.act_pooling,
+            "teacher": cfg.teacher if cfg.mode == "consistency" else None,
+            "act_weight": cfg.act_weight, "conf_weight": cfg.conf_weight,
             "load_average_before": load_before, "load_average_after": load_after,
         },
         "samples_s": times,
@@ -271,8 +292,10 @@ def report(result: dict[str, Any]) -> bool:
     print(
         f"batch: {s['groups']} groups x K={s['k']} = {s['sequences']} sequences of {s['seq_len']} tokens, "
         f"target {s['target_len']} tokens; L_act ({s['mode']}"
-        f"{'/' + s['relative_form'] if s['mode'] == 'relative' else ''}, pooling {s['act_pooling']}) at layers "
-        f"{s['stability_layers']} + L_conf; {s['reps']} interleaved repeats"
+        f"{'/' + s['relative_form'] if s['mode'] == 'relative' else ''}"
+        f"{', teacher ' + s['teacher'] if s.get('teacher') else ''}, pooling {s['act_pooling']}) at layers "
+        f"{s['stability_layers']} + L_conf (weights {s.get('act_weight')}, {s.get('conf_weight')}); "
+        f"{s['reps']} interleaved repeats"
     )
     print("load average (1/5/15 min) before: {:.2f} {:.2f} {:.2f}, after: {:.2f} {:.2f} {:.2f}".format(
         *s["load_average_before"], *s["load_average_after"]))
@@ -328,14 +351,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lora", type=int, default=0, help="with --model: train a LoRA adapter of this rank (0 = full)")
     ap.add_argument("--mode", default=None, help="StabilityConfig.mode (default: the library's default)")
     ap.add_argument("--act-pooling", default=None, help="StabilityConfig.act_pooling (default: the library's)")
+    ap.add_argument("--teacher", default="self", help="mode consistency: StabilityConfig.teacher (self, frozen, ema)")
+    ap.add_argument("--act-weight", type=float, default=None, help="default 0.1 (0 in mode consistency)")
+    ap.add_argument("--conf-weight", type=float, default=None, help="default 0.1 (1 in mode consistency)")
     args = ap.parse_args(argv)
+    consistency = args.mode == "consistency"
+    act_weight = args.act_weight if args.act_weight is not None else (0.0 if consistency else 0.1)
+    conf_weight = args.conf_weight if args.conf_weight is not None else (1.0 if consistency else 0.1)
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_benchmark(
         hidden=args.hidden, layers=args.layers, vocab=args.vocab, groups=args.groups, k=args.k,
         prompt_len=args.prompt_len, target_len=args.target_len, reps=args.reps, warmup=args.warmup,
         device=args.device, bf16=args.bf16, memory=not args.no_memory, model_name=args.model, lora=args.lora,
-        mode=args.mode, act_pooling=args.act_pooling,
+        mode=args.mode, act_pooling=args.act_pooling, teacher=args.teacher, act_weight=act_weight,
+        conf_weight=conf_weight,
     )
     ok = report(result)
     if args.json:

@@ -43,6 +43,30 @@ class RowCountingTrainer(StabilityTrainer):
         return super().compute_loss(model, inputs, *args, **kwargs)
 
 
+def consistency_run(args: TrainingArguments) -> dict:
+    """The consistency mode in the same processes (no second launch): an EMA teacher, fresh variants, and an
+    unlabeled prompt answered by the teacher on each rank."""
+    data = tiny_groups(8)
+    for item in data[::2]:
+        item["target"] = None
+    recorder = Recorder()
+    trainer = StabilityTrainer(
+        model=make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False),
+        args=args,
+        train_dataset=data,
+        processing_class=make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST),
+        stability_config=StabilityConfig(mode="consistency", act_weight=0.1, conf_weight=1.0, teacher="ema",
+                                         ema_decay=0.5, fresh_variants=1, unlabeled_max_new_tokens=4),
+        callbacks=[recorder],
+    )
+    trainer.train()
+    return {
+        "logs": recorder.logs,
+        "checksum": float(sum(p.detach().double().sum() for p in trainer.model.parameters())),
+        "ema_checksum": float(sum(s.double().sum() for s in trainer._sago_teacher.shadow)),
+    }
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     torch.set_num_threads(1)
@@ -73,7 +97,8 @@ def main() -> None:
     checksum = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
-    record = {"logs": recorder.logs, "batch_rows": trainer.rows, "checksum": checksum, "world_size": world}
+    record = {"logs": recorder.logs, "batch_rows": trainer.rows, "checksum": checksum, "world_size": world,
+              "consistency": consistency_run(args)}
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     if dist.is_initialized():
         dist.barrier()  # both ranks have written their result; no collective is left

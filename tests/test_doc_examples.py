@@ -42,6 +42,7 @@ RUN = {
     ("docs/results.md", "run = load_source("): "test_callback_example_then_reading_the_run",
     ("docs/stability-loss.md", "trainer = StabilityTrainer("): "test_stability_trainer_examples",
     ("docs/stability-loss.md", "trainer = StabilitySFTTrainer("): "test_stability_trainer_examples",
+    ("docs/stability-loss.md", 'config = StabilityConfig(mode="consistency"'): "test_consistency_example",
     ("docs/monitoring.md", "parser = TrlParser("): "test_trl_script",
     ("docs/accuracy.md", "result = compare_evaluations("): "test_accuracy_beside_stability_example",
     ("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback("): "test_early_stopping_examples",
@@ -268,6 +269,17 @@ def test_accuracy_beside_stability_example(capsys):
     assert lines and all(line.startswith("set 'capitals'") and "B ranks first but is less accurate than A" in line
                          and "consistently wrong?" in line for line in lines)
     assert [c["line"] for c in ns["result"]["accuracy"]["checks"]] == lines
+
+
+def test_consistency_example(tmp_path, monkeypatch):
+    """stability-loss.md's consistency example, as written: an EMA teacher, fresh variants, an unlabeled prompt."""
+    monkeypatch.chdir(tmp_path)
+    ns = run_block("docs/stability-loss.md", 'config = StabilityConfig(mode="consistency"', {})
+    trainer = ns["distill"]
+    assert trainer.state.global_step == 4
+    conf = [h["sago_conf_loss"] for h in trainer.state.log_history if "sago_conf_loss" in h]
+    assert conf and all(math.isfinite(v) and v >= 0 for v in conf)
+    assert trainer._sago_teacher.kind == "ema"
 
 
 @pytest.mark.slow

@@ -63,7 +63,13 @@ def js_divergence(logprobs: torch.Tensor, floor: float = LOGPROB_FLOOR) -> torch
     return kl.mean(-1)
 
 
-def anchor_kl(logprobs: torch.Tensor, canonical: int | torch.Tensor = 0, floor: float = LOGPROB_FLOOR) -> torch.Tensor:
+def anchor_kl(
+    logprobs: torch.Tensor,
+    canonical: int | torch.Tensor = 0,
+    floor: float = LOGPROB_FLOOR,
+    *,
+    teacher: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Mean over the non-canonical variants k of ``KL(stop_grad(P_canonical) || P_k)``, in nats.
 
     ``logprobs`` ``[..., K, V]`` -> ``[...]``. ``canonical`` is an index along K: an int, or a tensor of shape
@@ -72,15 +78,24 @@ def anchor_kl(logprobs: torch.Tensor, canonical: int | torch.Tensor = 0, floor: 
     ``-inf`` but the canonical side has mass, the log-probability is read as the floor (-1e4 nats), which
     keeps the value finite instead of infinite.
 
+    ``teacher`` (log-probabilities ``[..., V]``, detached) replaces ``P_canonical`` as the target: a tempered
+    canonical distribution, or another model's (the consistency mode's teachers); the canonical variant still
+    adds no term.
+
     Example:
         >>> lp = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.9, 0.1]]))
         >>> round(float(anchor_kl(lp, canonical=0)), 4)  # (0 + KL([.5,.5] || [.9,.1])) / 2
         0.2554
+        >>> round(float(anchor_kl(lp, 0, teacher=lp[2])), 4)  # (KL([.9,.1] || [.5,.5]) + 0) / 2
+        0.184
     """
     lp = _prepare(logprobs, floor)
     k = lp.shape[-2]
     idx = _canonical_index(canonical, lp.shape[:-2], k, lp.device)
-    anchor = torch.gather(lp, -2, idx[..., None, None].expand(*lp.shape[:-2], 1, lp.shape[-1])).detach()
+    if teacher is None:
+        anchor = torch.gather(lp, -2, idx[..., None, None].expand(*lp.shape[:-2], 1, lp.shape[-1])).detach()
+    else:
+        anchor = teacher.detach().to(lp.dtype).clamp_min(floor).unsqueeze(-2).expand(*lp.shape[:-2], 1, lp.shape[-1])
     p_anchor = anchor.exp()
     kl = torch.where(p_anchor > 0, p_anchor * (anchor - lp), torch.zeros_like(lp)).sum(-1)  # [..., K]
     # The canonical row's own term is 0 in value but not in gradient (it would pull P_canonical through the
@@ -136,9 +151,12 @@ def _js_fast(z: torch.Tensor, want_grad: bool) -> tuple[torch.Tensor, torch.Tens
     return value, g_l - p * g_l.sum(-1, keepdim=True)
 
 
-def _unit_grad_general(z: torch.Tensor, canon: torch.Tensor | None, floor: float) -> torch.Tensor:
+def _unit_grad_general(
+    z: torch.Tensor, canon: torch.Tensor | None, floor: float, teacher: torch.Tensor | None = None
+) -> torch.Tensor:
     """Gradient of ``js_divergence`` / ``anchor_kl`` of ``log_softmax(z)`` ``[rows, K, V]`` with respect to
-    ``z``, per unit of output, with the floor's clamp and the masks (any input)."""
+    ``z``, per unit of output, with the floor's clamp and the masks (any input); ``teacher`` ``[rows, V]``
+    as in :func:`anchor_kl`."""
     k, v = z.shape[-2:]
     lp_raw = torch.log_softmax(z, -1)
     lp = lp_raw.clamp_min(floor)
@@ -149,7 +167,10 @@ def _unit_grad_general(z: torch.Tensor, canon: torch.Tensor | None, floor: float
         g_l = torch.where(p > 0, p * (lp - log_m), torch.zeros_like(p)) / k
     else:
         idx = canon.to(torch.long)
-        p_c = p.gather(1, idx[:, None, None].expand(-1, 1, v))  # [rows, 1, V]
+        if teacher is None:
+            p_c = p.gather(1, idx[:, None, None].expand(-1, 1, v))  # [rows, 1, V]
+        else:
+            p_c = teacher.to(p.dtype).clamp_min(floor).exp()[:, None, :]
         g_l = (-p_c / (k - 1)).expand_as(p).clone()
         g_l[torch.arange(z.shape[0], device=p.device), idx] = 0.0
     g_l = torch.where(alive, g_l, torch.zeros_like(g_l))
@@ -173,10 +194,12 @@ class _FusedDivergence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, canonical: torch.Tensor | None, floor: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, logits: torch.Tensor, canonical: torch.Tensor | None, floor: float,  # type: ignore[override]
+                teacher: torch.Tensor | None = None) -> torch.Tensor:
         k, v = logits.shape[-2:]
         flat = logits.reshape(-1, k, v)
         canon = None if canonical is None else canonical.reshape(-1)
+        tflat = None if teacher is None else teacher.reshape(-1, v)
         out = torch.empty(flat.shape[0], dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32,
                           device=logits.device)
         with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
@@ -187,19 +210,21 @@ class _FusedDivergence(torch.autograd.Function):
                     out[a:b] = fast[0]
                     continue
                 lp = torch.log_softmax(z, -1)
-                out[a:b] = js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon[a:b], floor)
-        ctx.save_for_backward(logits, canonical)
+                t = None if tflat is None else tflat[a:b]
+                out[a:b] = js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon[a:b], floor, teacher=t)
+        ctx.save_for_backward(logits, canonical, teacher)
         ctx.floor = floor
         return out.reshape(logits.shape[:-2])
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
-        logits, canonical = ctx.saved_tensors
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:  # type: ignore[override]
+        logits, canonical, teacher = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return None, None, None
+            return None, None, None, None
         k, v = logits.shape[-2:]
         flat = logits.reshape(-1, k, v)
         canon = None if canonical is None else canonical.reshape(-1)
+        tflat = None if teacher is None else teacher.reshape(-1, v)
         g_out = grad_out.reshape(-1)
         grad = torch.empty_like(flat)
         with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
@@ -208,9 +233,10 @@ class _FusedDivergence(torch.autograd.Function):
                 if fast is not None and fast[1] is not None:
                     grad[a:b] = (fast[1] * g_out[a:b, None, None].to(fast[1].dtype)).to(grad.dtype)
                     continue
-                g_z = _unit_grad_general(_upcast(flat[a:b]), None if canon is None else canon[a:b], ctx.floor)
+                g_z = _unit_grad_general(_upcast(flat[a:b]), None if canon is None else canon[a:b], ctx.floor,
+                                         None if tflat is None else tflat[a:b])
                 grad[a:b] = (g_z * g_out[a:b, None, None].to(g_z.dtype)).to(grad.dtype)
-        return grad.reshape(logits.shape), None, None
+        return grad.reshape(logits.shape), None, None, None
 
 
 class _FusedDivergenceConsuming(torch.autograd.Function):
@@ -220,10 +246,12 @@ class _FusedDivergenceConsuming(torch.autograd.Function):
     multiplication. No tensor beyond the input's size is kept, and there is no recompute."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, canonical: torch.Tensor | None, floor: float):  # type: ignore[override]
+    def forward(ctx, logits: torch.Tensor, canonical: torch.Tensor | None, floor: float,  # type: ignore[override]
+                teacher: torch.Tensor | None = None):
         k, v = logits.shape[-2:]
         flat = logits.view(-1, k, v)
         canon = None if canonical is None else canonical.reshape(-1)
+        tflat = None if teacher is None else teacher.reshape(-1, v)
         out = torch.empty(flat.shape[0], dtype=logits.dtype, device=logits.device)
         with torch.no_grad(), torch.autocast(device_type=logits.device.type, enabled=False):
             for a, b in _chunks(flat.shape[0], k, v):
@@ -234,8 +262,9 @@ class _FusedDivergenceConsuming(torch.autograd.Function):
                 else:
                     lp = torch.log_softmax(z, -1)
                     c = None if canon is None else canon[a:b]
-                    out[a:b] = js_divergence(lp, floor) if c is None else anchor_kl(lp, c, floor)
-                    unit = _unit_grad_general(z, c, floor)
+                    t = None if tflat is None else tflat[a:b]
+                    out[a:b] = js_divergence(lp, floor) if c is None else anchor_kl(lp, c, floor, teacher=t)
+                    unit = _unit_grad_general(z, c, floor, t)
                 z.copy_(unit)
         ctx.mark_dirty(logits)
         ctx.save_for_backward(logits)
@@ -244,7 +273,7 @@ class _FusedDivergenceConsuming(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor, _grad_consumed: torch.Tensor | None):  # type: ignore[override]
         (unit,) = ctx.saved_tensors
-        return unit * grad_out[..., None, None].to(unit.dtype), None, None
+        return unit * grad_out[..., None, None].to(unit.dtype), None, None, None
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -257,9 +286,10 @@ def divergence_from_logits(
     floor: float = LOGPROB_FLOOR,
     *,
     consume: bool = False,
+    teacher: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Memory-lean ``js_divergence(log_softmax(logits))`` (``canonical=None``) or
-    ``anchor_kl(log_softmax(logits), canonical)``: ``[..., K, V] -> [...]``.
+    ``anchor_kl(log_softmax(logits), canonical, teacher=teacher)``: ``[..., K, V] -> [...]``.
 
     Same values and gradients as the composition (float32, or float64 for float64 input), but only the
     logits are kept for backward (in their own dtype) and the float32 work is done in chunks, which is what
@@ -281,11 +311,67 @@ def divergence_from_logits(
     canon = None
     if canonical is not None:
         canon = _canonical_index(canonical, logits.shape[:-2], logits.shape[-2], logits.device)
+    if teacher is not None:
+        if canon is None:
+            raise ValueError("a teacher distribution needs the canonical index (the variant left out of the KL)")
+        if teacher.shape != logits.shape[:-2] + logits.shape[-1:]:
+            raise ValueError(f"expected teacher log-probabilities of shape {tuple(logits.shape[:-2] + logits.shape[-1:])}, "
+                             f"got {tuple(teacher.shape)}")
+        teacher = teacher.detach()
     if logits.numel() < FUSED_MIN_ELEMENTS:
         with torch.autocast(device_type=logits.device.type, enabled=False):
             lp = torch.log_softmax(_upcast(logits), -1)
-            return js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon, floor)
+            return js_divergence(lp, floor) if canon is None else anchor_kl(lp, canon, floor, teacher=teacher)
     if (consume and logits.requires_grad and torch.is_grad_enabled() and logits._base is None
             and logits.is_contiguous() and logits.dtype in (torch.float32, torch.float64)):
-        return _FusedDivergenceConsuming.apply(logits, canon, floor)[0]
-    return _FusedDivergence.apply(logits, canon, floor)
+        return _FusedDivergenceConsuming.apply(logits, canon, floor, teacher)[0]
+    return _FusedDivergence.apply(logits, canon, floor, teacher)
+
+
+def consistency_divergence(
+    logits: torch.Tensor,
+    canonical: torch.Tensor,
+    *,
+    divergence: str = "kl",
+    teacher_logits: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    consume: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The consistency mode's per-position divergence and the teacher's largest probability.
+
+    ``logits`` ``[..., K, V]`` (the K variants' next-token logits at one response position), ``canonical``
+    ``[...]`` the canonical variant's index. Returns ``(value [...], teacher_max_prob [...])``:
+
+    - ``"kl"``: mean over the variants k != canonical of ``KL(P_t || P_k)``, ``P_t = softmax(teacher / T)``
+      detached, where ``teacher`` is ``teacher_logits`` ``[..., V]`` when given, else the canonical row;
+    - ``"js"``: mean over k != canonical of the Jensen-Shannon divergence of the pair ``(softmax(z_c / T),
+      P_k)``, with gradient through both sides (no teacher).
+
+    Example:
+        >>> z = torch.tensor([[[2.0, 0.0], [0.0, 2.0]]])  # one position, K=2, V=2
+        >>> kl, top = consistency_divergence(z, torch.tensor([0]))
+        >>> round(float(kl), 4), round(float(top), 4)  # KL(softmax([2,0]) || softmax([0,2])), max p of the canonical
+        (1.5232, 0.8808)
+    """
+    if divergence not in ("kl", "js"):
+        raise ValueError(f"unknown divergence {divergence!r}: expected 'kl' or 'js'")
+    k, v = logits.shape[-2:]
+    canon = _canonical_index(canonical, logits.shape[:-2], k, logits.device)
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        if teacher_logits is None:
+            side = logits.gather(-2, canon[..., None, None].expand(*logits.shape[:-2], 1, v)).squeeze(-2)
+        else:
+            side = teacher_logits
+        tempered = _upcast(side) / temperature
+        with torch.no_grad():
+            teacher_lp = torch.log_softmax(tempered, -1)
+            top = teacher_lp.amax(-1).exp()
+        if divergence == "js":
+            others = torch.arange(k, device=logits.device) != canon[..., None]  # [..., K]
+            students = logits[others].view(*logits.shape[:-2], k - 1, v)
+            pair = torch.stack([tempered.unsqueeze(-2).expand_as(students).to(students.dtype), students], dim=-2)
+            return divergence_from_logits(pair).mean(-1), top
+        if teacher_logits is None and temperature == 1.0:
+            # Exactly the anchor KL: its fused path needs no teacher tensor.
+            return divergence_from_logits(logits, canon, consume=consume), top
+        return divergence_from_logits(logits, canon, consume=consume, teacher=teacher_lp), top

@@ -28,13 +28,23 @@ from ..model.tokenize import encode_continuation, encode_variant, pad_id_of
 # strip them before the model's forward. All are indexed by row, so a batch sliced along rows stays
 # self-consistent (and the loss can tell when a slice cut a group).
 GROUP_KEYS = ("group_index", "variant_index", "canonical_index", "prompt_length", "target_length", "target_mask")
+# The key of a collated batch that holds groups still waiting for a target (unlabeled prompts in the
+# consistency mode): :class:`PendingGroups`, completed by the trainer once the teacher has answered.
+PENDING_KEY = "sago_pending"
 # Dataset columns an item may carry; the trainers keep them when ``remove_unused_columns`` prunes the rest.
 ITEM_COLUMNS = ("id", "variants", "target", "reference", "canonical", "kinds", "meta")
 
 
-def group_of(item: Any, index: int, label: str | None = None) -> tuple[VariantGroup, str]:
-    """Validate one item and return it as a group plus its target text (``label`` names it in errors)."""
+def group_of(
+    item: Any, index: int, label: str | None = None, *, allow_unlabeled: bool = False
+) -> tuple[VariantGroup, str | None]:
+    """Validate one item and return it as a group plus its target text (``label`` names it in errors).
+
+    With ``allow_unlabeled`` an item without a target is returned with target ``None`` (a prompt whose
+    response the consistency mode's teacher will give)."""
     if isinstance(item, VariantGroup):
+        if item.reference is None and allow_unlabeled:
+            return item, None
         if item.reference is None:
             raise SagoInputError(
                 f"batch item {index} (group '{item.id}') has no reference to train on",
@@ -52,15 +62,15 @@ def group_of(item: Any, index: int, label: str | None = None) -> tuple[VariantGr
     target = item.get("target", item.get("reference"))
     if "variants" not in item:
         raise SagoInputError(f"{where}: missing field 'variants' (a list of at least 2 prompts)", key="variants")
-    if target is None:
+    if target is None and not allow_unlabeled:
         raise SagoInputError(
             f"{where}: missing field 'target'",
             key="target",
             hint="each training group needs the completion shared by all its variants ('target' or 'reference')",
         )
-    if not isinstance(target, str):
+    if target is not None and not isinstance(target, str):
         raise SagoInputError(f"{where}: expected a string target, got {type(target).__name__}", key="target")
-    if not target.strip():
+    if target is not None and not target.strip():
         raise SagoInputError(f"{where}: the target is empty", key="target", hint="the loss is computed on the target tokens")
     canonical = item.get("canonical", 0)
     try:
@@ -89,6 +99,11 @@ class VariantGroupCollator:
     stays whole and aligned across variants (the number of truncated sequences is in ``num_truncated`` and
     a warning is issued); a target that cannot fit is an error.
 
+    ``fresh`` (a :class:`~sago_train.training.fresh.FreshVariants`) adds variants drawn afresh at each
+    collation. ``allow_unlabeled`` accepts items without a target: the batch then carries their groups under
+    :data:`PENDING_KEY` (:class:`PendingGroups`) beside the labeled groups' tensors, and the trainer completes
+    it with the teacher's answers.
+
     Example:
         >>> collate = VariantGroupCollator(tokenizer)  # doctest: +SKIP
         >>> batch = collate([{"variants": ["Capital of France?", "France's capital is"], "target": " Paris"}])  # doctest: +SKIP
@@ -103,6 +118,8 @@ class VariantGroupCollator:
         *,
         add_eos: bool = True,
         pad_to_multiple_of: int | None = None,
+        fresh: Any = None,
+        allow_unlabeled: bool = False,
     ) -> None:
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
             raise SagoInputError(f"max_length must be an integer >= 2 or None, got {max_length!r}", key="max_length")
@@ -119,6 +136,8 @@ class VariantGroupCollator:
         eos = getattr(tokenizer, "eos_token_id", None)
         self.eos_id: int | None = (eos[0] if eos else None) if isinstance(eos, list) else eos
         self.num_truncated = 0
+        self.fresh = fresh
+        self.allow_unlabeled = allow_unlabeled
 
     def encode_prompt(self, variant: Variant) -> list[int]:
         """Token ids of one variant prompt (the same encoding as SAGO evaluation)."""
@@ -131,12 +150,18 @@ class VariantGroupCollator:
             ids = ids + [int(self.eos_id)]
         return ids
 
-    def __call__(self, items: Sequence[Any]) -> dict[str, torch.Tensor]:
+    def __call__(self, items: Sequence[Any]) -> dict[str, Any]:
         if len(items) == 0:
             raise SagoInputError("cannot collate an empty batch of variant groups")
-        groups = [group_of(item, i) for i, item in enumerate(items)]
-        k = groups[0][0].k
-        for i, (group, _) in enumerate(groups):
+        resolved = []
+        for i, item in enumerate(items):
+            group, target = group_of(item, i, allow_unlabeled=self.allow_unlabeled)
+            if self.fresh is not None:
+                has_id = isinstance(item, VariantGroup) or (isinstance(item, Mapping) and item.get("id") is not None)
+                group = self.fresh(group, has_id)
+            resolved.append((group, None if target is None else self.encode_target(target), i))
+        k = resolved[0][0].k
+        for group, _, i in resolved:
             if group.k != k:
                 raise SagoInputError(
                     f"batch item {i} (group '{group.id}') has {group.k} variants but batch item 0 has {k}: "
@@ -144,14 +169,26 @@ class VariantGroupCollator:
                     key="variants",
                     hint="give every group the same K, or use per_device_train_batch_size=1",
                 )
+        labeled = [(g, t) for g, t, _ in resolved if t is not None]
+        if len(labeled) == len(resolved):
+            return self.collate_encoded(labeled)
+        # The labeled groups' tensors let the Trainer count the label tokens before the teacher answers.
+        batch = self.collate_encoded(labeled) if labeled else {
+            "input_ids": torch.zeros((0, 1), dtype=torch.long), "labels": torch.full((0, 1), -100, dtype=torch.long)}
+        batch[PENDING_KEY] = PendingGroups(self, [(g, t) for g, t, _ in resolved])
+        return batch
 
-        rows: list[tuple[list[int], list[int]]] = []
-        for i, (group, target) in enumerate(groups):
-            target_ids = self.encode_target(target)
+    def collate_encoded(
+        self, groups: Sequence[tuple[VariantGroup, list[int]]], unlabeled: Sequence[bool] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The batch of groups whose targets are token ids already; rows of ``unlabeled`` groups get no labels."""
+        k = groups[0][0].k
+        for i, (group, target_ids) in enumerate(groups):
             if not target_ids:
-                raise SagoInputError(
-                    f"batch item {i} (group '{group.id}'): the target {target!r} encodes to no tokens", key="target"
-                )
+                raise SagoInputError(f"batch item {i} (group '{group.id}'): the target encodes to no tokens",
+                                     key="target")
+        rows: list[tuple[list[int], list[int]]] = []
+        for i, (group, target_ids) in enumerate(groups):
             for variant in group.variants:
                 prompt = self.encode_prompt(variant)
                 if not prompt:
@@ -187,11 +224,13 @@ class VariantGroupCollator:
         target_mask = torch.zeros((n, width), dtype=torch.bool)
         prompt_length = torch.empty(n, dtype=torch.long)
         target_length = torch.empty(n, dtype=torch.long)
+        no_labels = [False] * len(groups) if unlabeled is None else list(unlabeled)
         for r, (prompt, target_ids) in enumerate(rows):
             p, t = len(prompt), len(target_ids)
             input_ids[r, : p + t] = torch.tensor(prompt + target_ids, dtype=torch.long)
             attention_mask[r, : p + t] = 1
-            labels[r, p : p + t] = torch.tensor(target_ids, dtype=torch.long)
+            if not no_labels[r // k]:
+                labels[r, p : p + t] = torch.tensor(target_ids, dtype=torch.long)
             target_mask[r, p : p + t] = True
             prompt_length[r] = p
             target_length[r] = t
@@ -207,6 +246,36 @@ class VariantGroupCollator:
             "target_length": target_length,
             "target_mask": target_mask,
         }
+
+
+class PendingGroups:
+    """Groups of a batch, some without a target yet (``None``): :meth:`prompts` gives the canonical prompts
+    to answer, :meth:`complete` the whole batch once answered (those groups' rows carry no labels).
+
+    Not a list or a mapping, so the Trainer moves the batch to its device without looking inside."""
+
+    def __init__(self, collator: VariantGroupCollator, groups: list[tuple[VariantGroup, list[int] | None]]) -> None:
+        self.collator = collator
+        self.groups = groups
+
+    @property
+    def missing(self) -> list[int]:
+        """Positions of the groups without a target."""
+        return [i for i, (_, t) in enumerate(self.groups) if t is None]
+
+    def prompts(self) -> list[list[int]]:
+        """Token ids of the canonical prompt of each group without a target (in :attr:`missing` order)."""
+        return [self.collator.encode_prompt(self.groups[i][0].variants[self.groups[i][0].canonical])
+                for i in self.missing]
+
+    def complete(self, answers: Sequence[list[int]]) -> dict[str, torch.Tensor]:
+        """The batch with ``answers`` (token ids, one per missing group) as those groups' unlabeled targets."""
+        missing = self.missing
+        if len(answers) != len(missing):
+            raise SagoInputError(f"expected {len(missing)} answers for the unlabeled groups, got {len(answers)}")
+        filled = dict(zip(missing, answers))
+        groups = [(g, filled[i] if t is None else t) for i, (g, t) in enumerate(self.groups)]
+        return self.collator.collate_encoded(groups, [t is None for _, t in self.groups])
 
 
 def mask_non_canonical_labels(batch: dict[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import SagoInputError, unknown_name_error
+from ..data.generators import FREE_TEXT_KINDS, GENERATORS
+from ..errors import SagoInputError, did_you_mean, unknown_name_error
 from ..model.layers import check_layer_indices
 
-MODES = ("centroid", "anchor", "relative")
+MODES = ("centroid", "anchor", "relative", "consistency")
+DIVERGENCES = ("kl", "js")
+TEACHERS = ("self", "frozen", "ema")
+DEFAULT_FRESH_KINDS = ("typo", "casing", "whitespace")
 RELATIVE_FORMS = ("ratio", "infonce")
 POOLINGS = ("target", "last")
 TASK_LOSS_VARIANTS = ("all", "canonical")
@@ -27,6 +31,40 @@ def _check_weight(name: str, value: Any) -> float:
             f"expected a weight >= 0, got {value!r}", key=name, hint="a weight of 0 disables the term"
         )
     return float(value)
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SagoInputError(f"expected an integer >= {low}, got {value!r}", key=name)
+    return value
+
+
+def _check_unit(name: str, value: Any, *, closed_low: bool, open_high: bool) -> float:
+    """A number in [0, 1) / (0, 1) (``closed_low``) ... (``open_high``: 1 excluded)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise SagoInputError(f"expected a number, got {value!r}", key=name)
+    low_ok = value >= 0 if closed_low else value > 0
+    high_ok = value < 1 if open_high else value <= 1
+    if not (low_ok and high_ok):
+        interval = ("[" if closed_low else "(") + "0, 1" + (")" if open_high else "]")
+        raise SagoInputError(f"expected a number in {interval}, got {value!r}", key=name)
+    return float(value)
+
+
+def _check_fresh_kinds(value: Any) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise SagoInputError(f"expected a non-empty list of generator names, got {value!r}", key="fresh_kinds")
+    for kind in value:
+        if not isinstance(kind, str) or kind not in GENERATORS:
+            raise unknown_name_error("generator", str(kind), GENERATORS, key="fresh_kinds")
+        if kind not in FREE_TEXT_KINDS:
+            raise SagoInputError(
+                f"generator '{kind}' cannot rewrite a bare free-text prompt with its default settings, so it cannot "
+                f"draw fresh variants.{did_you_mean(kind, FREE_TEXT_KINDS)} Usable: {', '.join(FREE_TEXT_KINDS)}",
+                key="fresh_kinds",
+                hint="build variants of the other kinds into the data (sago_train.data.build_variant_set)",
+            )
+    return list(value)
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
@@ -52,7 +90,11 @@ class StabilityConfig:
         >>> StabilityConfig(mode="centriod")
         Traceback (most recent call last):
         ...
-        sago_train.errors.SagoInputError: field 'mode': unknown mode 'centriod'. Did you mean 'centroid'? Valid: anchor, centroid, relative
+        sago_train.errors.SagoInputError: field 'mode': unknown mode 'centriod'. Did you mean 'centroid'? Valid: anchor, centroid, consistency, relative
+        >>> StabilityConfig(mode="consistency", fresh_variants=2, fresh_kinds=["typo", "format"])
+        Traceback (most recent call last):
+        ...
+        sago_train.errors.SagoInputError: field 'fresh_kinds': generator 'format' cannot rewrite a bare free-text prompt with its default settings, so it cannot draw fresh variants. Usable: typo, casing, whitespace (build variants of the other kinds into the data (sago_train.data.build_variant_set))
     """
 
     act_weight: float = field(
@@ -72,7 +114,10 @@ class StabilityConfig:
             "'anchor': distance / KL to the canonical variant, whose side is detached (a fixed target); "
             "'relative': L_act measured against the dispersion between the batch's different groups (see "
             "relative_form), which pulling every representation together cannot lower; L_conf as in 'centroid'. "
-            "'relative' needs >= 2 groups per batch."
+            "'relative' needs >= 2 groups per batch. "
+            "'consistency': self-distillation, L_conf = mean over response positions of KL(stop-grad teacher "
+            "distribution given the canonical prompt || the distribution given each other variant) (see divergence, "
+            "teacher); L_act as in 'anchor'; items may be unlabeled prompts (the teacher's greedy answer is the target)."
         },
     )
     relative_form: str = field(
@@ -114,6 +159,51 @@ class StabilityConfig:
         metadata={"help": "Which sequences the task loss covers: 'all' variants, or only the 'canonical' one."},
     )
 
+    divergence: str = field(
+        default="kl",
+        metadata={"help": "Mode 'consistency' only. 'kl': KL(stop-grad teacher || variant); 'js': symmetric "
+                  "Jensen-Shannon between the canonical and each variant, with no stop-gradient (needs teacher 'self')."},
+    )
+    teacher: str = field(
+        default="self",
+        metadata={"help": "Mode 'consistency' only. 'self': the canonical row of the same forward, detached; "
+                  "'frozen': the model at the start of training (a PEFT model with its adapter disabled; a full "
+                  "model is copied, a second model in memory); 'ema': an exponential moving average of the "
+                  "trainable parameters (one copy of them)."},
+    )
+    ema_decay: float = field(
+        default=0.99,
+        metadata={"help": "Teacher 'ema' only: after each optimizer step, ema = decay * ema + (1 - decay) * param."},
+    )
+    teacher_temperature: float = field(
+        default=1.0,
+        metadata={"help": "Mode 'consistency' only: the teacher's logits are divided by it (> 0) before the softmax."},
+    )
+    confidence_threshold: float = field(
+        default=0.0,
+        metadata={"help": "Mode 'consistency' only, in [0, 1): response positions where the teacher's largest "
+                  "probability is below it are left out of L_conf (0 keeps all)."},
+    )
+    fresh_variants: int = field(
+        default=0,
+        metadata={"help": "Variants drawn afresh from each group's canonical prompt every time the group is "
+                  "collated (seeded by the training seed, the group id and its draw count); any mode."},
+    )
+    fresh_kinds: Optional[list[str]] = field(  # noqa: UP045 - HfArgumentParser reads Optional[...]
+        default=None,
+        metadata={"help": "Generators drawing the fresh variants (default typo, casing, whitespace: the kinds "
+                  "that rewrite a free-text prompt)."},
+    )
+    fixed_variants: bool = field(
+        default=True,
+        metadata={"help": "Keep each item's own phrasings beside the fresh ones; False: canonical + fresh only."},
+    )
+    unlabeled_max_new_tokens: int = field(
+        default=16,
+        metadata={"help": "Mode 'consistency', items without a target: the most tokens of the teacher's greedy "
+                  "answer used as their response (it stops at EOS)."},
+    )
+
     def __post_init__(self) -> None:
         self.act_weight = _check_weight("act_weight", self.act_weight)
         self.conf_weight = _check_weight("conf_weight", self.conf_weight)
@@ -131,6 +221,33 @@ class StabilityConfig:
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise SagoInputError(f"expected an integer >= 0, got {self.warmup_steps!r}", key="warmup_steps")
         self.layers = check_layer_indices(self.layers)
+        self.divergence = _check_choice("divergence", self.divergence, DIVERGENCES)
+        self.teacher = _check_choice("teacher", self.teacher, TEACHERS)
+        self.ema_decay = _check_unit("ema_decay", self.ema_decay, closed_low=True, open_high=True)
+        self.teacher_temperature = _check_weight("teacher_temperature", self.teacher_temperature)
+        if self.teacher_temperature == 0:
+            raise SagoInputError("expected a temperature > 0, got 0", key="teacher_temperature")
+        self.confidence_threshold = _check_unit("confidence_threshold", self.confidence_threshold,
+                                                closed_low=True, open_high=True)
+        self.fresh_variants = _check_int("fresh_variants", self.fresh_variants, 0)
+        if self.fresh_kinds is not None:
+            self.fresh_kinds = _check_fresh_kinds(self.fresh_kinds)
+        if not isinstance(self.fixed_variants, bool):
+            raise SagoInputError(f"expected true or false, got {self.fixed_variants!r}", key="fixed_variants")
+        if not self.fixed_variants and self.fresh_variants < 1:
+            raise SagoInputError("fixed_variants=False keeps only the canonical prompt, so a group needs fresh "
+                                 "variants", key="fixed_variants", hint="set fresh_variants >= 1")
+        self.unlabeled_max_new_tokens = _check_int("unlabeled_max_new_tokens", self.unlabeled_max_new_tokens, 1)
+        if self.divergence == "js" and self.teacher != "self":
+            raise SagoInputError(
+                f"divergence 'js' compares the canonical and each variant without a stop-gradient, so it has no "
+                f"teacher; got teacher={self.teacher!r}", key="teacher", hint="use teacher='self' with divergence='js'"
+            )
+
+    @property
+    def kinds_to_draw(self) -> list[str]:
+        """The generators of the fresh variants (``fresh_kinds``, or the default free-text kinds)."""
+        return list(self.fresh_kinds) if self.fresh_kinds is not None else list(DEFAULT_FRESH_KINDS)
 
     @property
     def enabled(self) -> bool:

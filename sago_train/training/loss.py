@@ -13,8 +13,11 @@
   compares its own groups (no collective), which keeps the term a per-micro-batch mean like the others.
 - ``L_conf``: per target position j, the generalized Jensen-Shannon divergence of the K next-token
   distributions predicting target token j (``centroid`` and ``relative``), or
-  ``KL(stop_grad(P_canonical) || P_k)`` (``anchor``); averaged over the group's target positions, then over groups (each group weighs the same
-  whatever its target length).
+  ``KL(stop_grad(P_canonical) || P_k)`` (``anchor``), or the ``consistency`` mode's self-distillation (KL from
+  a stop-gradient teacher given the canonical prompt, tempered and confidence-masked, or the symmetric JS
+  control; :func:`~sago_train.functional.divergence.consistency_divergence`); averaged over the group's target
+  positions, then over groups (each group weighs the same whatever its target length). In ``consistency`` mode
+  L_act is the anchor's.
 
 Capture: forward hooks on the chosen decoder blocks keep a reference to each block's output during the one
 forward pass (a tensor autograd keeps alive anyway, as the next block's saved input), and only the pooled
@@ -50,7 +53,7 @@ from torch import nn
 
 from ..errors import SagoInputError
 from ..functional.dispersion import activation_dispersion, anchor_activation_distance
-from ..functional.divergence import divergence_from_logits
+from ..functional.divergence import consistency_divergence, divergence_from_logits
 from ..functional.relative import contrastive_dispersion, relative_dispersion
 from ..model.hooks import HiddenCapture, logits_from_hidden
 from ..model.layers import get_decoder_layers, resolve_layers
@@ -134,7 +137,7 @@ class StabilityLoss:
         cfg = self.config
         if cfg.mode == "centroid":
             return activation_dispersion(vectors)
-        if cfg.mode == "anchor":
+        if cfg.mode in ("anchor", "consistency"):
             return anchor_activation_distance(vectors, layout.canonical)
         if layout.num_groups < 2:
             # The documented fallback: a micro-batch with one group (the last, partial batch of an epoch) has
@@ -228,9 +231,11 @@ class StabilityLoss:
         input_ids: torch.Tensor | None = None,
         logits: torch.Tensor | None = None,
         model: nn.Module | None = None,
+        teacher_logits: torch.Tensor | None = None,
     ) -> StabilityTerms:
         """Compute the enabled terms from the captures (``model`` for the LM head; ``logits`` if the forward
-        returned them)."""
+        returned them; ``teacher_logits`` ``[G, T, V]``: the consistency mode's frozen / EMA teacher given the
+        canonical prompts, see :meth:`~sago_train.training.teacher.Teacher.logits`)."""
         capture.check()
         layout = group_layout(groups, input_ids)
         cfg = self.config
@@ -256,22 +261,43 @@ class StabilityLoss:
                 consume = rows is capture.head_rows
                 if consume:
                     capture.head_rows = None
-                per_pos = divergence_from_logits(rows, canonical, consume=consume)  # [G, T]: JS, or KL
+                if cfg.mode == "consistency":
+                    per_pos, top = consistency_divergence(
+                        rows, layout.canonical[:, None].expand_as(mask), divergence=cfg.divergence,
+                        teacher_logits=teacher_logits, temperature=cfg.teacher_temperature, consume=consume)
+                    if cfg.confidence_threshold > 0:
+                        mask = mask & (top >= cfg.confidence_threshold)
+                else:
+                    per_pos = divergence_from_logits(rows, canonical, consume=consume)  # [G, T]: JS, or KL
                 w = mask.to(per_pos.dtype)
                 out.conf = ((per_pos * w).sum(-1) / w.sum(-1).clamp_min(1.0)).mean()
         return out
 
-    def forward(self, model: nn.Module, batch: Mapping[str, Any], **model_kwargs: Any) -> tuple[Any, StabilityTerms]:
+    def forward(self, model: nn.Module, batch: Mapping[str, Any], teacher: Any = None,
+                **model_kwargs: Any) -> tuple[Any, StabilityTerms]:
         """Run ``model`` on a collated batch with the capture on; return its outputs and the terms.
 
-        The model's own loss (``outputs.loss``, from ``labels``) is the task loss.
+        The model's own loss (``outputs.loss``, from ``labels``) is the task loss. ``teacher``: a frozen / EMA
+        :class:`~sago_train.training.teacher.Teacher` for the consistency mode (run first, under ``no_grad``).
         """
         model_inputs, groups = split_batch(batch)
         if groups is None:
             raise SagoInputError("not a stability batch (no 'group_index')", hint="use VariantGroupCollator")
+        teacher_logits = self.teacher_logits(model, teacher, model_inputs, groups)
         with self.capture(model, groups, model_inputs.get("input_ids")) as cap:
             outputs = model(**model_inputs, **model_kwargs)
         logits = getattr(outputs, "logits", None) if self.wants_logits else None
-        return outputs, self.terms(groups, cap, input_ids=model_inputs.get("input_ids"), logits=logits, model=model)
+        return outputs, self.terms(groups, cap, input_ids=model_inputs.get("input_ids"), logits=logits, model=model,
+                                   teacher_logits=teacher_logits)
+
+    def teacher_logits(self, model: nn.Module, teacher: Any, model_inputs: Mapping[str, Any],
+                       groups: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """The frozen / EMA teacher's ``[G, T, V]`` logits for this batch, or ``None`` (teacher 'self', another
+        mode, or no confidence term). ``model`` is the unwrapped model."""
+        cfg = self.config
+        if cfg.mode != "consistency" or not self.wants_logits or teacher is None or teacher.kind == "self":
+            return None
+        input_ids = model_inputs["input_ids"]
+        return teacher.logits(model, input_ids, model_inputs.get("attention_mask"), group_layout(groups, input_ids))
 
     __call__ = forward

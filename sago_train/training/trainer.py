@@ -28,8 +28,10 @@ from torch import nn
 from ..data.groups import VariantGroup
 from ..errors import SagoInputError
 from ..threads import configure_torch_threads
-from .collator import ITEM_COLUMNS, VariantGroupCollator, mask_non_canonical_labels
+from .collator import ITEM_COLUMNS, PENDING_KEY, VariantGroupCollator, mask_non_canonical_labels
+from .fresh import configure_collator
 from .loss import StabilityConfig, StabilityLoss, split_batch
+from .teacher import EmaTeacherCallback, Teacher
 
 
 class _CanonicalOnlyLabels:
@@ -105,8 +107,15 @@ class StabilityTrainerMixin:
                     "give a data_collator (VariantGroupCollator) or a processing_class (tokenizer) to build one"
                 )
             self.data_collator = VariantGroupCollator(tokenizer, max_length=getattr(self.args, "max_length", None))
+        self.data_collator = configure_collator(self.data_collator, stability_config, self.args.seed)
         if stability_config.task_loss_variants == "canonical":
             self.data_collator = _CanonicalOnlyLabels(self.data_collator)
+        # Built now, as training starts from this model: the frozen copy or the EMA's first value.
+        self._sago_teacher = None
+        if stability_config.mode == "consistency":
+            self._sago_teacher = Teacher(stability_config.teacher, self.model, stability_config.ema_decay)
+            if stability_config.teacher == "ema":
+                self.add_callback(EmaTeacherCallback(self._sago_teacher))
         # Resolves the layers against the model now, so an out-of-range layer fails at construction.
         self._sago_loss = StabilityLoss(stability_config, self.model)
         self._sago_train_sums: dict[str, torch.Tensor] = {}
@@ -142,6 +151,9 @@ class StabilityTrainerMixin:
         Evaluation batches without group bookkeeping (an ordinary eval set) get the parent's loss unchanged;
         a training batch without it is an error (it would silently train without the stability loss).
         """
+        pending = inputs.pop(PENDING_KEY, None) if isinstance(inputs, dict) else None
+        if pending is not None:
+            inputs = self._sago_answer_unlabeled(model, pending)
         model_inputs, groups = split_batch(inputs)
         cfg = self.stability_config
         if groups is None and cfg.enabled and model.training:
@@ -150,6 +162,13 @@ class StabilityTrainerMixin:
                 "cannot be computed",
                 hint="train on variant groups batched by sago_train.VariantGroupCollator",
             )
+        labels = model_inputs.get("labels")
+        no_task = labels is not None and not bool((labels != -100).any())  # unlabeled prompts only
+        if groups is not None and no_task and not cfg.enabled:
+            raise SagoInputError(
+                "a batch holds only unlabeled prompts, which train through the consistency term alone, and "
+                "act_weight and conf_weight are both 0", key="conf_weight",
+                hint="set conf_weight > 0, or give every item a target")
         if groups is None or not cfg.enabled:
             return super().compute_loss(  # type: ignore[misc]
                 model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
@@ -160,14 +179,23 @@ class StabilityTrainerMixin:
         want_outputs = return_outputs or from_outputs
         # With the logits coming back, the capture also selects their target-predicting rows in the forward.
         tap = (groups, model_inputs.get("input_ids")) if from_outputs else (None, None)
+        # The frozen / EMA teacher runs first, outside the capture (its forward is not the student's).
+        teacher_logits = self._sago_loss.teacher_logits(
+            self.accelerator.unwrap_model(model), self._sago_teacher, model_inputs, groups)
         with self._sago_loss.capture(model, *tap) as capture:
-            result = super().compute_loss(  # type: ignore[misc]
-                model, model_inputs, return_outputs=want_outputs, num_items_in_batch=num_items_in_batch
-            )
-        task_loss, outputs = result if want_outputs else (result, None)
+            if no_task:
+                # No target token to fit: the parent's loss would be 0/0; the terms alone train this micro-batch.
+                outputs = model(**{k: v for k, v in model_inputs.items() if k != "labels"})
+                result = (torch.zeros((), device=labels.device), outputs)
+            else:
+                result = super().compute_loss(  # type: ignore[misc]
+                    model, model_inputs, return_outputs=want_outputs, num_items_in_batch=num_items_in_batch
+                )
+        task_loss, outputs = result if (want_outputs or no_task) else (result, None)
         logits = _outputs_logits(outputs) if from_outputs else None
         terms = self._sago_loss.terms(
-            groups, capture, input_ids=model_inputs.get("input_ids"), logits=logits, model=model
+            groups, capture, input_ids=model_inputs.get("input_ids"), logits=logits, model=model,
+            teacher_logits=teacher_logits,
         )
         act_weight, conf_weight = cfg.weights_at(self.state.global_step)
         extra = terms.weighted(act_weight, conf_weight)
@@ -180,6 +208,19 @@ class StabilityTrainerMixin:
         loss = task_loss if extra is None else task_loss + (extra / ga if scaled else extra).to(task_loss.dtype)
         self._sago_record(training, task_loss, terms.act, terms.conf, ga, scaled, (act_weight, conf_weight))
         return (loss, outputs) if return_outputs else loss
+
+    def _sago_answer_unlabeled(self, model: nn.Module, pending: Any) -> dict[str, Any]:
+        """Complete a batch with unlabeled prompts: the teacher's greedy answer to each one's canonical prompt
+        becomes its group's target, with no labels (consistency mode, before the forward)."""
+        cfg = self.stability_config
+        collator = pending.collator
+        answers = self._sago_teacher.answer(  # type: ignore[union-attr]
+            self.accelerator.unwrap_model(model), pending.prompts(), max_new_tokens=cfg.unlabeled_max_new_tokens,
+            pad_id=collator.pad_id, eos_id=collator.eos_id)
+        batch = pending.complete(answers)
+        if cfg.task_loss_variants == "canonical":
+            batch = mask_non_canonical_labels(batch)
+        return self._prepare_inputs(batch)
 
     # ---------------------------------------------------------------------------------------- logging
     def _sago_record(

@@ -315,3 +315,75 @@ def test_consume_is_ignored_where_it_cannot_apply(fused_always):
         before = x.clone()
         divergence_from_logits(x, consume=True)
         assert torch.equal(x, before)  # nothing to differentiate: the input is left alone
+
+
+# ------------------------------------------------------------------------------- consistency mode's teacher
+def _ref_teacher_kl(z: torch.Tensor, canon: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Plain loops: mean over k != c of KL(softmax(teacher / T) || softmax(z_k)), with torch's kl_div."""
+    out = torch.zeros(z.shape[0], dtype=torch.float64)
+    for r in range(z.shape[0]):
+        log_t = torch.log_softmax(teacher[r].double() / temperature, -1)
+        terms = [torch.nn.functional.kl_div(torch.log_softmax(z[r, k].double(), -1), log_t, log_target=True,
+                                            reduction="sum") for k in range(z.shape[1]) if k != int(canon[r])]
+        out[r] = sum(terms) / len(terms)
+    return out
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("consume", [False, True])
+def test_teacher_kl_matches_kl_div_in_value_and_gradient(fused, consume, monkeypatch):
+    if fused:
+        monkeypatch.setattr(divergence_module, "FUSED_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(divergence_module, "_CHUNK_MIN_BYTES", 0)
+    torch.manual_seed(0)
+    z = torch.randn(6, 3, 11) * 2
+    canon = torch.tensor([0, 1, 2, 0, 1, 2])
+    teacher_logits = torch.randn(6, 11)
+    teacher = torch.log_softmax(teacher_logits / 0.7, -1)
+    zl = z.clone().requires_grad_(True)
+    value = divergence_from_logits(zl.clone() if consume else zl, canon, teacher=teacher, consume=consume)
+    ref_leaf = z.clone().double().requires_grad_(True)
+    ref = _ref_teacher_kl(ref_leaf, canon, teacher_logits, 0.7)
+    assert torch.allclose(value.double(), ref, atol=1e-6)
+    weights = torch.rand(6)
+    (value * weights).sum().backward()
+    (ref * weights.double()).sum().backward()
+    assert torch.allclose(zl.grad.double(), ref_leaf.grad, atol=1e-6)
+    # The canonical variant adds no term and gets no gradient.
+    assert float(zl.grad[torch.arange(6), canon].abs().max()) == 0.0
+
+
+def test_consistency_divergence_kl_and_js_against_references():
+    from sago_train.functional.divergence import consistency_divergence
+
+    torch.manual_seed(1)
+    z = torch.randn(2, 4, 3, 9, requires_grad=True)  # [G, T, K, V]
+    canon = torch.tensor([1, 0])[:, None].expand(2, 4)
+    for temperature in (1.0, 2.0):
+        kl, top = consistency_divergence(z, canon, temperature=temperature)
+        flat_z, flat_c = z.detach().reshape(8, 3, 9), canon.reshape(8)
+        teacher = flat_z[torch.arange(8), flat_c]
+        assert torch.allclose(kl.reshape(8).double(), _ref_teacher_kl(flat_z, flat_c, teacher, temperature), atol=1e-6)
+        assert torch.allclose(top.reshape(8), torch.softmax(teacher / temperature, -1).amax(-1), atol=1e-6)
+    js, _ = consistency_divergence(z, canon, divergence="js", temperature=2.0)
+    flat_z = z.detach().reshape(8, 3, 9)
+    for r in range(8):
+        c = int(canon.reshape(8)[r])
+        p_c = torch.softmax(flat_z[r, c] / 2.0, -1)
+        pairs = [ref_js([p_c.tolist(), torch.softmax(flat_z[r, k], -1).tolist()]) for k in range(3) if k != c]
+        assert float(js.detach().reshape(8)[r]) == pytest.approx(sum(pairs) / 2, abs=1e-6)
+
+
+def test_consistency_gradient_stops_at_the_canonical_side_with_kl_not_with_js():
+    from sago_train.functional.divergence import consistency_divergence
+
+    torch.manual_seed(2)
+    canon = torch.tensor([[0, 0], [2, 2]])
+    rows = torch.arange(2)[:, None], torch.arange(2)[None, :], canon
+    for divergence, flows in (("kl", False), ("js", True)):
+        z = torch.randn(2, 2, 3, 7, requires_grad=True)
+        value, _ = consistency_divergence(z, canon, divergence=divergence, temperature=1.5)
+        value.sum().backward()
+        canonical_grad = float(z.grad[rows].abs().max())
+        assert (canonical_grad > 1e-6) == flows
+        assert float(z.grad.abs().max()) > 1e-6

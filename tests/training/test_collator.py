@@ -112,3 +112,34 @@ def test_group_batches_are_tensors(tok):
     batch = VariantGroupCollator(tok)(tiny_groups(1))
     assert all(isinstance(v, torch.Tensor) for v in batch.values())
     assert batch["target_mask"].dtype == torch.bool
+
+
+def test_unlabeled_items_wait_for_the_teacher_and_get_no_labels(tok):
+    from sago_train.training.collator import PENDING_KEY
+
+    items = tiny_groups(3)
+    unlabeled = dict(items[1], target=None)
+    with pytest.raises(SagoInputError, match="missing field 'target'"):  # outside the consistency mode
+        VariantGroupCollator(tok)([items[0], unlabeled])
+    collate = VariantGroupCollator(tok, allow_unlabeled=True)
+    batch = collate([items[0], unlabeled, items[2]])
+    labeled_only = VariantGroupCollator(tok)([items[0], items[2]])
+    # Before the teacher answers, the labels are the labeled groups' (what the Trainer counts).
+    assert torch.equal(batch["labels"], labeled_only["labels"])
+    pending = batch[PENDING_KEY]
+    assert pending.missing == [1]
+    assert pending.prompts() == [collate.encode_prompt(unlabeled["variants"][unlabeled.get("canonical", 0)])]
+    answer = [5, 6, 7, tok.eos_token_id]
+    full = pending.complete([answer])
+    rows = full["group_index"] == 1
+    assert full["input_ids"].shape[0] == 9 and (full["target_length"][rows] == len(answer)).all()
+    for r in rows.nonzero().flatten().tolist():
+        p = int(full["prompt_length"][r])
+        assert full["input_ids"][r, p : p + len(answer)].tolist() == answer
+        assert (full["labels"][r] == -100).all() and full["target_mask"][r].sum() == len(answer)
+    assert torch.equal(full["labels"][~rows], labeled_only["labels"][:, : full["labels"].shape[1]])
+    # A batch of unlabeled items only: no label tokens to count yet.
+    only = collate([unlabeled])
+    assert only["labels"].numel() == 0 and only[PENDING_KEY].missing == [0]
+    with pytest.raises(SagoInputError, match="expected 1 answers"):
+        only[PENDING_KEY].complete([])

@@ -53,6 +53,20 @@ def batch(tok):
         ({"relative_form": "infonse"}, "Did you mean 'infonce'"),
         ({"temperature": 0.0}, "temperature.*> 0"),
         ({"temperature": -1.0}, "temperature"),
+        ({"mode": "consistncy"}, "Did you mean 'consistency'"),
+        ({"divergence": "kld"}, "Did you mean 'kl'"),
+        ({"teacher": "frozn"}, "Did you mean 'frozen'"),
+        ({"divergence": "js", "teacher": "frozen"}, "teacher.*'js'.*no teacher"),
+        ({"ema_decay": 1.0}, r"ema_decay.*\[0, 1\)"),
+        ({"teacher_temperature": 0.0}, "teacher_temperature.*> 0"),
+        ({"confidence_threshold": 1.0}, r"confidence_threshold.*\[0, 1\)"),
+        ({"confidence_threshold": -0.1}, "confidence_threshold"),
+        ({"fresh_variants": -1}, "fresh_variants.*>= 0"),
+        ({"fresh_variants": 2, "fresh_kinds": ["tpyo"]}, "Did you mean 'typo'"),
+        ({"fresh_variants": 2, "fresh_kinds": ["option_shuffle"]}, "free-text prompt.*Usable: typo, casing, whitespace"),
+        ({"fresh_variants": 2, "fresh_kinds": "typo"}, "fresh_kinds.*list"),
+        ({"fixed_variants": False}, "fixed_variants.*fresh_variants >= 1"),
+        ({"unlabeled_max_new_tokens": 0}, "unlabeled_max_new_tokens"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, match):
@@ -70,6 +84,12 @@ def test_config_warmup_and_parser():
         ["--act_weight", "0.5", "--mode", "anchor", "--layers", "0", "-1"]
     )
     assert parsed.act_weight == 0.5 and parsed.mode == "anchor" and parsed.layers == [0, -1]
+    (parsed,) = HfArgumentParser(StabilityConfig).parse_args_into_dataclasses(
+        ["--mode", "consistency", "--teacher", "ema", "--fresh_variants", "2", "--fresh_kinds", "typo", "casing",
+         "--fixed_variants", "false", "--confidence_threshold", "0.3"])
+    assert (parsed.mode, parsed.teacher, parsed.fresh_variants, parsed.fresh_kinds, parsed.fixed_variants,
+            parsed.confidence_threshold) == ("consistency", "ema", 2, ["typo", "casing"], False, 0.3)
+    assert StabilityConfig().kinds_to_draw == ["typo", "casing", "whitespace"]
     with pytest.raises(SagoInputError, match="out of range"):
         StabilityLoss(StabilityConfig(layers=[0, 4]), make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False))
     assert StabilityLoss(StabilityConfig(), make_tiny_model("llama", layers=8, ids=SPECIALS_FIRST, eval_mode=False)).layers == [1, 3, 5, 7]
@@ -214,7 +234,7 @@ def test_falls_back_to_the_logits_when_the_head_differs(batch):
         assert float(fallback) == pytest.approx(float(loss.terms(groups, cap, logits=out.logits).conf), abs=1e-7)
 
 
-@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
+@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative", "consistency"])
 def test_terms_are_float64_for_a_float64_model(batch, mode):
     model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False).double()
     with torch.no_grad():
@@ -232,7 +252,7 @@ def test_relative_mode_with_a_single_group_adds_zero_and_warns(tok):
     assert float(terms.act.detach()) > 0 and loss_fn.single_group_batches == 1
 
 
-@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative"])
+@pytest.mark.parametrize("mode", ["centroid", "anchor", "relative", "consistency"])
 def test_terms_are_float32_under_bf16_autocast(batch, mode):
     model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -241,6 +261,27 @@ def test_terms_are_float32_under_bf16_autocast(batch, mode):
     assert terms.act.dtype == torch.float32 and terms.conf.dtype == torch.float32
     (out.loss + terms.weighted(1.0, 1.0)).backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("settings", [{"teacher_temperature": 2.0, "confidence_threshold": 0.005},
+                                      {"divergence": "js"}, {"teacher": "frozen"}])
+def test_consistency_under_bf16_autocast_is_close_to_float32(batch, settings):
+    from peft import LoraConfig, get_peft_model
+
+    from sago_train.training.teacher import Teacher
+
+    model = get_peft_model(make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    cfg = StabilityConfig(act_weight=0.0, conf_weight=1.0, mode="consistency", **settings)
+    loss, teacher = StabilityLoss(cfg, model), Teacher(cfg.teacher, model)
+    _, reference = loss(model, batch, teacher=teacher)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, terms = loss(model, batch, teacher=teacher)
+    assert out.logits.dtype == torch.bfloat16 and terms.conf.dtype == torch.float32
+    assert float(terms.conf.detach()) == pytest.approx(float(reference.conf.detach()), rel=0.1, abs=1e-4)
+    terms.conf.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
 
 
 # -------------------------------------------------------------------------------------------- gradients
@@ -404,3 +445,84 @@ def test_other_architectures(tok, batch, arch):
     assert loss.head_from_hidden is True  # the projection of the final hidden states matched the logits
     (out.loss + terms.weighted(1.0, 1.0)).backward()
     assert torch.isfinite(terms.act) and torch.isfinite(terms.conf) and terms.act > 0
+
+
+# ------------------------------------------------------------------------------------------ consistency
+def _consistency_reference(student, teacher, tok, items, temperature, threshold, divergence="kl"):
+    """Each variant run alone (no padding): per position, torch's kl_div from the tempered teacher given the
+    canonical prompt to each other variant (or the pair JS), positions below the threshold dropped."""
+    per_group = []
+    for item in items:
+        c = item.get("canonical", 0)
+        target = tok(item["target"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        t = len(target)
+
+        def dists(model, prompt_text, target=target, t=t):
+            prompt = tok(prompt_text)["input_ids"]
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt + target])).logits[0].double()
+            return logits[len(prompt) - 1 : len(prompt) - 1 + t]
+
+        teacher_logits = dists(teacher, item["variants"][c]) / temperature
+        students = [dists(student, v) for j, v in enumerate(item["variants"]) if j != c]
+        log_t = torch.log_softmax(teacher_logits, -1)
+        keep = log_t.exp().amax(-1) >= threshold
+        values = []
+        for pos in range(t):
+            if not keep[pos]:
+                continue
+            per_k = []
+            for z in students:
+                log_s = torch.log_softmax(z[pos], -1)
+                if divergence == "kl":
+                    per_k.append(float(torch.nn.functional.kl_div(log_s, log_t[pos], log_target=True, reduction="sum")))
+                else:
+                    m = torch.log((log_s.exp() + log_t[pos].exp()) / 2)
+                    per_k.append(0.5 * float(torch.nn.functional.kl_div(m, log_s, log_target=True, reduction="sum")
+                                             + torch.nn.functional.kl_div(m, log_t[pos], log_target=True, reduction="sum")))
+            values.append(sum(per_k) / len(per_k))
+        per_group.append(sum(values) / max(len(values), 1))
+    return sum(per_group) / len(per_group)
+
+
+@pytest.mark.parametrize(("divergence", "temperature", "quantile"), [("kl", 1.0, None), ("kl", 2.0, 0.5),
+                                                                      ("js", 1.5, 0.3)])
+def test_consistency_term_matches_kl_div_reference(tok, divergence, temperature, quantile):
+    model = make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=True)
+    items = tiny_groups(3)
+    items[1] = dict(items[1], canonical=2)
+    batch = VariantGroupCollator(tok)(items)
+    threshold = 0.0
+    if quantile is not None:  # a threshold that drops some positions and keeps others
+        with torch.no_grad():
+            probs = torch.softmax(model(input_ids=batch["input_ids"]).logits / temperature, -1).amax(-1)
+        threshold = float(torch.quantile(probs[batch["target_mask"]], quantile))
+    cfg = StabilityConfig(act_weight=0.0, conf_weight=1.0, mode="consistency", divergence=divergence,
+                          teacher_temperature=temperature, confidence_threshold=threshold)
+    _, terms = StabilityLoss(cfg, model)(model, batch)
+    expected = _consistency_reference(model, model, tok, items, temperature, threshold, divergence)
+    assert float(terms.conf.detach()) == pytest.approx(expected, abs=1e-6)
+    assert float(terms.conf) > 0
+
+
+def test_consistency_with_a_frozen_lora_teacher_matches_the_base_model_reference(tok):
+    from peft import LoraConfig, get_peft_model
+
+    from sago_train.training.teacher import Teacher
+
+    base = make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=True)
+    student = get_peft_model(make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=True),
+                             LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    torch.manual_seed(3)
+    with torch.no_grad():  # a trained-looking adapter, so that student and base differ
+        for name, p in student.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    items = tiny_groups(2)
+    batch = VariantGroupCollator(tok)(items)
+    cfg = StabilityConfig(act_weight=0.1, conf_weight=1.0, mode="consistency", teacher="frozen", teacher_temperature=1.3)
+    _, terms = StabilityLoss(cfg, student)(student, batch, teacher=Teacher("frozen", student))
+    assert float(terms.conf) == pytest.approx(_consistency_reference(student, base, tok, items, 1.3, 0.0), abs=1e-6)
+    # ... and not the self-teacher's value (the teacher really is the base model).
+    assert float(terms.conf) != pytest.approx(_consistency_reference(student, student, tok, items, 1.3, 0.0), abs=1e-4)
+    assert terms.act is not None and float(terms.act) > 0  # the anchor activation term stays on

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -258,3 +259,113 @@ def test_ddp_two_processes(tmp_path):
         assert r["batch_rows"] and all(rows == 2 * 3 for rows in r["batch_rows"])  # 2 whole groups of K=3
     logs = [log for log in ranks[0]["logs"] if "loss" in log]
     assert logs and all(set(TERMS) <= set(log) for log in logs)
+    # The consistency mode (EMA teacher, fresh variants, unlabeled prompts): weights and EMA in sync across ranks.
+    runs = [r["consistency"] for r in ranks]
+    assert runs[0]["checksum"] == pytest.approx(runs[1]["checksum"], abs=0)
+    assert runs[0]["ema_checksum"] == pytest.approx(runs[1]["ema_checksum"], abs=0)
+    assert runs[0]["ema_checksum"] != runs[0]["checksum"]
+    logs = [log for log in runs[0]["logs"] if "loss" in log]
+    assert logs and all(math.isfinite(log["sago_conf_loss"]) and log["sago_conf_loss"] >= 0 for log in logs)
+
+
+# ------------------------------------------------------------------------------------------ consistency
+def _lora_model(layers: int = 4):
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(make_tiny_model("llama", layers=layers, ids=SPECIALS_FIRST, eval_mode=False),
+                          LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+
+
+def test_unlabeled_item_gets_the_teachers_greedy_tokens_and_no_labels(tmp_path, tok):
+    from sago_train.training.collator import PENDING_KEY
+
+    config = StabilityConfig(mode="consistency", act_weight=0.0, conf_weight=1.0, unlabeled_max_new_tokens=6)
+    trainer, _ = _train(tmp_path, tok, config=config, train=False)
+    items = tiny_groups(2)
+    unlabeled = dict(items[1], target=None)
+    batch = trainer.data_collator([items[0], unlabeled])
+    model = trainer.model
+    full = trainer._sago_answer_unlabeled(model, batch.pop(PENDING_KEY))
+    prompt = trainer.data_collator.encode_prompt(unlabeled["variants"][unlabeled.get("canonical", 0)])
+    ids, expected = list(prompt), []
+    model.eval()
+    for _ in range(6):  # the reference greedy decode: argmax of a full forward per token
+        with torch.no_grad():
+            nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+        expected.append(nxt)
+        ids.append(nxt)
+        if nxt == tok.eos_token_id:
+            break
+    rows = (full["group_index"] == 1).nonzero().flatten().tolist()
+    for r in rows:
+        p = int(full["prompt_length"][r])
+        assert full["input_ids"][r, p : p + len(expected)].tolist() == expected
+        assert int(full["target_length"][r]) == len(expected)
+        assert (full["labels"][r] == -100).all()
+    assert (full["labels"][full["group_index"] == 0] != -100).any()  # the labeled group keeps its labels
+    # Unlabeled prompts alone with both weights 0 have nothing to train on: said, not a NaN loss.
+    idle, _ = _train(tmp_path, tok, train=False, config=StabilityConfig(mode="consistency", act_weight=0.0,
+                                                                          conf_weight=0.0))
+    with pytest.raises(SagoInputError, match="only unlabeled prompts.*both 0"):
+        idle.compute_loss(idle.model, idle.data_collator([unlabeled]))
+    # Outside the consistency mode an item without a target stays an error.
+    plain, _ = _train(tmp_path, tok, train=False)
+    with pytest.raises(SagoInputError, match="missing field 'target'"):
+        plain.data_collator([items[0], unlabeled])
+
+
+@pytest.mark.parametrize("teacher", ["self", "ema"])
+def test_consistency_trains_lora_with_fresh_variants_unlabeled_items_and_accumulation(tmp_path, tok, teacher):
+    config = StabilityConfig(mode="consistency", act_weight=0.1, conf_weight=1.0, teacher=teacher, fresh_variants=2,
+                             teacher_temperature=1.5, ema_decay=0.5)
+    data = tiny_groups(8)
+    for item in data[::3]:
+        item["target"] = None  # unlabeled prompts beside labeled ones
+    model = _lora_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = StabilityTrainer(model=model, args=_args(tmp_path, gradient_accumulation_steps=2, max_steps=2),
+                               train_dataset=data, processing_class=tok, stability_config=config,
+                               callbacks=[recorder := LogRecorder()])
+    trainer.train()
+    logs = [log for log in recorder.logs if "loss" in log]
+    assert len(logs) == 2
+    for log in logs:
+        assert all(torch.isfinite(torch.tensor(log[k])) for k in TERMS)
+        assert log["sago_conf_loss"] > 0 and log["sago_act_loss"] > 0
+        assert log["loss"] == pytest.approx(log["sago_task_loss"] + 0.1 * log["sago_act_loss"] + log["sago_conf_loss"],
+                                            rel=1e-5)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    if teacher == "ema":  # updated after each of the 2 optimizer steps: between the start and the adapter now
+        shadow, params = trainer._sago_teacher.shadow, trainer._sago_teacher.params
+        assert any(not torch.equal(s, p) for s, p in zip(shadow, params))
+
+
+def test_fresh_perturbation_augmentation_without_the_terms(tmp_path, tok):
+    """The experiment's control arm: no stability terms, the task loss on every variant, fresh ones included."""
+    config = StabilityConfig(act_weight=0.0, conf_weight=0.0, fresh_variants=2, fixed_variants=False)
+    trainer, logs = _train(tmp_path, tok, config=config, max_steps=2)
+    assert len(logs) == 2 and all(torch.isfinite(torch.tensor(log["loss"])) for log in logs)
+    batch = trainer.data_collator(tiny_groups(2))
+    assert batch["input_ids"].shape[0] == 2 * 3 and ((batch["labels"] != -100).sum(1) == batch["target_length"]).all()
+
+
+def test_sft_trainer_with_the_consistency_mode_and_unlabeled_prompts(tmp_path, tok):
+    from trl import SFTConfig
+
+    from sago_train.training.trainer import StabilitySFTTrainer
+
+    data = tiny_groups(2)
+    data[0]["target"] = None  # one micro-batch (of one group) per step: both items come up in the 2 steps
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=2, logging_steps=1,
+                     report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, learning_rate=1e-3)
+    recorder = LogRecorder()
+    trainer = StabilitySFTTrainer(
+        model=_lora_model(2), args=args, train_dataset=data, processing_class=tok, callbacks=[recorder],
+        stability_config=StabilityConfig(mode="consistency", act_weight=0.0, conf_weight=1.0, teacher="frozen"))
+    trainer.train()
+    logs = [log for log in recorder.logs if "loss" in log]
+    assert len(logs) == 2 and all(log["sago_conf_loss"] >= 0 for log in logs)
+    # The unlabeled prompt's step has no task loss, the consistency term only; the labeled one has both.
+    unlabeled = [log for log in logs if log["sago_task_loss"] == 0.0]
+    assert len(unlabeled) == 1 and unlabeled[0]["loss"] == pytest.approx(unlabeled[0]["sago_conf_loss"], rel=1e-5)

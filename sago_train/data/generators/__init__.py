@@ -68,7 +68,7 @@ from typing import Any
 from ...errors import SagoInputError, unknown_name_error
 from ..examples import CANONICAL_KIND, Example
 from ..render import Draft, GeneratedVariant, PromptFormat
-from .base import VariantGenerator
+from .base import VariantGenerator, _ContentGenerator
 from .format import FormatGenerator
 from .noise import CasingGenerator, TypoGenerator, WhitespaceGenerator
 from .structure import CallableGenerator, InstructionGenerator, OptionShuffleGenerator
@@ -81,6 +81,7 @@ __all__ = [
     "Draft",
     "Example",
     "FormatGenerator",
+    "FREE_TEXT_KINDS",
     "GENERATORS",
     "GeneratedVariant",
     "InstructionGenerator",
@@ -104,6 +105,10 @@ GENERATORS: dict[str, type[VariantGenerator]] = {
     "instruction": InstructionGenerator,
     "callable": CallableGenerator,
 }
+
+# The kinds that rewrite a bare free-text prompt with their default settings (text noise on the content): the
+# ones a trainer can draw afresh from any group's canonical prompt (StabilityConfig.fresh_kinds).
+FREE_TEXT_KINDS: tuple[str, ...] = tuple(n for n, c in GENERATORS.items() if issubclass(c, _ContentGenerator))
 
 
 def make_generator(name: str, **kwargs: Any) -> VariantGenerator:
