@@ -2,8 +2,7 @@
 
 Facts (a canonical prompt and its answer) are split in half, seeded: the *training* facts become training groups
 ``{id, variants, target}``, the *held-out* facts (never trained) become the evaluation sets. The perturbation
-kinds are the library's seeded generators (:func:`sago_train.data.make_generator` with its defaults, the same
-generators the loss's ``fresh_kinds`` draws from). Leave-one-kind-out: rotation ``r`` holds out kind ``h`` and
+kinds are drawn as the loss's ``fresh_kinds`` draws them (:class:`sago_train.training.fresh.FreshVariants`). Leave-one-kind-out: rotation ``r`` holds out kind ``h`` and
 trains on the others; per rotation it writes
 
 - ``train-<h>.jsonl``: per training fact ``[canonical, one fixed draw per trained kind]`` (the fixed phrasings);
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,7 +50,8 @@ def tiny_facts() -> list[Fact]:
 
 def real_facts(max_per_set: int | None = None) -> list[Fact]:
     """The canonical variant of every group of the bundled real sets (sago_train/assets/sets/real), for
-    SmolLM2-135M-Instruct; the target is the reference the set scores against."""
+    SmolLM2-135M-Instruct: a user message (rendered by the chat template in training and evaluation alike)
+    answered by the set's reference and the end-of-turn token."""
     from sago_train.data import VariantSet
 
     facts = []
@@ -60,7 +59,8 @@ def real_facts(max_per_set: int | None = None) -> list[Fact]:
         vs = VariantSet.from_jsonl(ROOT / "sago_train" / "assets" / "sets" / "real" / f"{name}.jsonl", name=name)
         for g in list(vs)[:max_per_set]:
             ref = g.reference if isinstance(g.reference, str) else g.reference[0]
-            facts.append(Fact(g.id, g.variants[g.canonical], " " + ref.strip(), ref))
+            facts.append(Fact(g.id, [{"role": "user", "content": g.variants[g.canonical]}],
+                              f"{ref.strip()}<|im_end|>", ref.strip()))
     return facts
 
 
@@ -71,18 +71,16 @@ def split(facts: Sequence[Fact], seed: int) -> tuple[list[Fact], list[Fact]]:
     return sorted(order[:half], key=lambda f: f.id), sorted(order[half:], key=lambda f: f.id)
 
 
-def _draw(kind: str, prompt: Any, key: str, seed: int) -> Any:
-    """One seeded draw of generator ``kind`` on ``prompt`` (the library's generator; a chat prompt perturbs
-    its last user message)."""
-    from sago_train.data.generators import make_generator
+def _drawn(prompt: Any, gid: str, kinds: Sequence[str], n: int, seed: int) -> list[Any]:
+    """``n`` seeded draws of ``kinds`` (in turn) of ``prompt``, by the drawer the loss's ``fresh_variants`` uses
+    (:class:`sago_train.training.fresh.FreshVariants`), so held-out and fixed variants come from the same
+    perturbation distributions as the fresh training draws (e.g. ``casing`` picks its style per draw)."""
+    from sago_train.data.groups import VariantGroup
+    from sago_train.training.fresh import FreshVariants
 
-    gen = make_generator(kind)
-    rng = random.Random(hashlib.sha256(f"{seed}:{key}:{kind}".encode()).digest())
-    if isinstance(prompt, str):
-        return gen.perturb(prompt, rng)
-    msgs = [dict(m) for m in prompt]
-    msgs[-1]["content"] = gen.perturb(msgs[-1]["content"], rng)
-    return msgs
+    # A group needs 2 variants; keep_fixed=False keeps only the canonical of these two.
+    group = FreshVariants(n, list(kinds), seed, keep_fixed=False)(VariantGroup(id=gid, variants=[prompt, prompt]))
+    return list(group.variants[1:])
 
 
 def rotation_sets(facts: Sequence[Fact], kinds: Sequence[str], held_out: str, *, seed: int, draws: int,
@@ -92,17 +90,16 @@ def rotation_sets(facts: Sequence[Fact], kinds: Sequence[str], held_out: str, *,
         raise ValueError(f"held-out kind {held_out!r} is not among the kinds {list(kinds)}")
     trained = [k for k in kinds if k != held_out]
     train_facts, test_facts = split(facts, seed)
-    train = [{"id": f.id, "variants": [f.prompt] + [_draw(k, f.prompt, f"train:{f.id}", seed) for k in trained],
+    train = [{"id": f.id, "variants": [f.prompt, *_drawn(f.prompt, f.id, trained, len(trained), seed)],
               "kinds": ["canonical", *trained], "target": f.target} for f in train_facts[:max_train]]
     kinds_set, instances = [], []
     for f in test_facts:
         for d in range(draws):
             gid, meta = f"{f.id}#d{d}", {"fact": f.id, "draw": d}
-            kinds_set.append({"id": gid, "variants": [f.prompt] + [_draw(held_out, f.prompt, f"{gid}:{j}", seed)
-                                                                   for j in range(2)],
+            kinds_set.append({"id": gid, "variants": [f.prompt, *_drawn(f.prompt, gid, [held_out], 2, seed)],
                               "kinds": ["canonical", held_out, f"{held_out}-2"], "reference": f.reference,
                               "meta": meta})
-            instances.append({"id": gid, "variants": [f.prompt] + [_draw(k, f.prompt, gid, seed) for k in trained],
+            instances.append({"id": gid, "variants": [f.prompt, *_drawn(f.prompt, gid, trained, len(trained), seed)],
                               "kinds": ["canonical", *trained], "reference": f.reference, "meta": meta})
     return {"train": train, "kinds": kinds_set[:max_groups], "instances": instances[:max_groups]}
 

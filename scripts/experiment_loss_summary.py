@@ -19,6 +19,7 @@ Canonical accuracy: non-inferior when the crossed CI's lower bound is above ``-M
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections import defaultdict
@@ -164,7 +165,15 @@ def markdown(summary: dict[str, Any], walls: dict[str, float] | None = None) -> 
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    """The JSON lines of ``path``, or of ``path`` + ``.gz`` (the committed copy) when only that exists."""
+    gz = path.with_name(path.name + ".gz")
+    if not path.exists() and gz.exists():
+        text = gzip.decompress(gz.read_bytes()).decode()
+    elif path.exists():
+        text = path.read_text()
+    else:
+        return []
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
 
 
 def write_summary(records: Path, out: Path, *, baseline: str, timings: Path | None = None) -> str:

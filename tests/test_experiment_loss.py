@@ -124,7 +124,7 @@ def test_arms_share_everything_but_the_stability_section():
         experiment_loss.arm_overrides("nope", [])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # about 40 s on 2 shared cores (8 tiny training runs and their evaluations)
 def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     code = experiment_loss.main(["--seeds", "0,1", "--arms", "canonical,augment-fresh", "--kinds", "typo,whitespace",
@@ -135,7 +135,8 @@ def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     # canonical: one run per seed evaluated on both rotations' sets; augment-fresh: one run per rotation.
     assert {(r["arm"], r["run"]) for r in rows} == {("canonical", "all"), ("augment-fresh", "typo"),
                                                     ("augment-fresh", "whitespace")}
-    assert len(rows) == 2 * 2 * (2 * 6) and {r["seed"] for r in rows} == {0, 1}
+    # 2 seeds x 2 arms x 2 rotations x 2 sets (kinds, instances) x 6 groups
+    assert len(rows) == 2 * 2 * 2 * 2 * 6 and {r["seed"] for r in rows} == {0, 1}
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["sets"]["kinds"]["tests"]["canonical"]["accuracy"]["seeds"] == 2
     assert "| canonical |" in (tmp_path / "summary.md").read_text()
