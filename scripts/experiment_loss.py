@@ -97,12 +97,17 @@ def write_recipe(base: Path, path: Path, train: Path, sets: dict[str, Path]) -> 
     return path
 
 
-def trim_records(run: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """The fields the summary reads from the run's last evaluation, one row per set and group."""
-    history = (run / "sago" / "history.jsonl").read_text().splitlines()
-    step = int(json.loads(history[-1])["step"])
+def trim_records(run: Path, meta: dict[str, Any], step_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The fields the summary reads from the run's last evaluation (or the records in ``step_dir``), one row per
+    set and group."""
+    if step_dir is None:
+        history = (run / "sago" / "history.jsonl").read_text().splitlines()
+        step = int(json.loads(history[-1])["step"])
+        step_dir = run / "sago" / f"step-{step}"
+    else:
+        step = 0
     rows = []
-    for path in sorted((run / "sago" / f"step-{step}").glob("*.jsonl")):
+    for path in sorted(step_dir.glob("*-*.jsonl")):
         set_name = path.stem
         part, _, held_out = set_name.partition("-")
         for line in path.read_text().splitlines():
@@ -124,6 +129,37 @@ def _commit() -> str:
                               check=False).stdout.strip()
     except OSError:
         return ""
+
+
+def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]]) -> int:
+    """The untrained model on every rotation's sets, with the recipe's evaluation options: a reference level
+    (arm ``base``, seed -1), not an arm the tests compare."""
+    import yaml
+
+    from sago_train.cli.main import main as cli
+
+    records = out / "records.jsonl"
+    if ("base", -1, "all") in done_runs(records):
+        return 0
+    recipe = yaml.safe_load((ROOT / "recipes" / f"experiment-loss-{args.model}.yaml").read_text())
+    opts = recipe["monitor"]["options"]
+    flags = ["--axes", ",".join(opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
+             "--batch-size", str(opts["batch_size"]), "--max-groups", "0", "--n-bootstrap", str(opts["n_bootstrap"])]
+    flags += [x for stop in opts.get("stop_strings", []) for x in ("--stop", stop)]
+    eval_dir = out / "runs" / "base"
+    t0 = time.perf_counter()
+    code = cli(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,
+                *(x for h, paths in sets.items() for part in ("kinds", "instances")
+                  for x in ("--set", f"{part}-{h}={paths[part]}"))])
+    if code:
+        return code
+    meta = {"model": args.model, "arm": "base", "seed": -1, "run": "all"}
+    rows = trim_records(eval_dir, meta, step_dir=eval_dir)
+    with records.open("a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    with (out / "timings.jsonl").open("a") as fh:
+        fh.write(json.dumps({**meta, "wall_s": round(time.perf_counter() - t0, 1), "commit": _commit()}) + "\n")
+    return 0
 
 
 def done_runs(records: Path) -> set[tuple[str, int, str]]:
@@ -172,6 +208,18 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]
     return 0
 
 
+def publish(out: Path, dest: Path) -> None:
+    """Copy what the summary is computed from (records gzipped: a few hundred kB) and the summary itself."""
+    import gzip
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("summary.md", "summary.json", "timings.jsonl"):
+        if (out / name).exists():
+            shutil.copyfile(out / name, dest / name)
+    # mtime=0: the same records give the same bytes, so a re-publish does not show as a change.
+    (dest / "records.jsonl.gz").write_bytes(gzip.compress((out / "records.jsonl").read_bytes(), mtime=0))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
@@ -184,8 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
     ap.add_argument("--max-groups", type=int, default=None, help="use only the first N held-out groups (tests)")
     ap.add_argument("--out", default=None, help="default runs/experiment-loss/<model>")
+    ap.add_argument("--no-base", action="store_true", help="skip the untrained model's reference evaluation")
     ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder (adapter, SAGO history)")
     ap.add_argument("--summary-only", action="store_true", help="recompute the summary from existing records")
+    ap.add_argument("--publish", default=None, metavar="DIR",
+                    help="also copy the summary, the timings and the gzipped records to DIR (what is committed under "
+                         "benchmarks/results/experiment-loss/<model>/)")
     args = ap.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -199,13 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summary_only:
         kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
         sets = build_sets(args.model, out, kinds, args.draws, args.data_seed, args.max_train, args.max_groups)
-        code = run_all(args, out, sets)
+        code = run_all(args, out, sets) or (0 if args.no_base else evaluate_base(args, out, sets))
         if code:
             return code
     from experiment_loss_summary import write_summary
 
     text = write_summary(out / "records.jsonl", out, baseline=BASELINE, timings=out / "timings.jsonl")
     print(text)
+    if args.publish:
+        publish(out, Path(args.publish))
     print(f"experiment finished in {time.perf_counter() - t0:.0f} s; summary: {out / 'summary.md'}")
     return 0
 

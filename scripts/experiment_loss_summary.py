@@ -40,6 +40,19 @@ SETS = {"kinds": "held-out kinds (primary)", "instances": "held-out instances (s
 _REPEAT = re.compile(r"-\d+$")  # build_variant_set's suffix of a repeated kind ("typo-2")
 
 
+def complete(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records of the (arm, seed) pairs that have every rotation of every set, and the pairs left out (an
+    interrupted experiment: endpoints over some rotations only would not be comparable)."""
+    rotations: dict[str, set[str]] = defaultdict(set)
+    seen: dict[tuple[str, int, str], set[str]] = defaultdict(set)
+    for r in rows:
+        rotations[r["set"]].add(r["rotation"])
+        seen[(r["arm"], int(r["seed"]), r["set"])].add(r["rotation"])
+    bad = {(a, s) for (a, s, part), rots in seen.items() if rots != rotations[part]}
+    return ([r for r in rows if (r["arm"], int(r["seed"])) not in bad],
+            [f"{a} seed {s}" for a, s in sorted(bad)])
+
+
 def group_endpoints(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, dict[str, float]]]:
     """``{(arm, seed, set): {endpoint: {group id: value}}}`` from the records (see the module docstring)."""
     cells: dict[tuple[str, int, str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -94,10 +107,11 @@ def summarize(rows: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
     from sago_train.functional import stats
     from sago_train.functional.multiplicity import holm
 
+    rows, incomplete = complete(rows)
     ends = group_endpoints(rows)
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     parts = [p for p in SETS if any(k[2] == p for k in ends)]
-    result: dict[str, Any] = {"baseline": baseline, "margin": MARGIN, "sets": {}}
+    result: dict[str, Any] = {"baseline": baseline, "margin": MARGIN, "sets": {}, "incomplete": incomplete}
     for part in parts:
         levels, tests, canon = {}, {}, {}
         for arm in arms:
@@ -111,8 +125,8 @@ def summarize(rows: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
                 summ = stats.bootstrap_ci(per_group)
                 levels[arm][endpoint] = {"mean": summ.mean, "ci_low": summ.ci_low, "ci_high": summ.ci_high,
                                          "groups": len(ids), "seeds": len(seeds)}
-            if arm == baseline:
-                continue
+            if arm == baseline or not set(seeds) & {s for (a, s, p) in ends if a == baseline and p == part}:
+                continue  # the baseline itself, or a reference with no training seed (the untrained model)
             tests[arm] = {e: compare(*grids(ends, arm, baseline, part, e)[:2], alt) for e, (_, alt) in PRIMARY.items()}
             c = compare(*grids(ends, arm, baseline, part, "canonical")[:2], "two-sided")
             canon[arm] = {**c, "non_inferior": bool(c["ci_low"] > -MARGIN)}
@@ -134,14 +148,14 @@ def markdown(summary: dict[str, Any], walls: dict[str, float] | None = None) -> 
     lines: list[str] = []
     for part, res in summary["sets"].items():
         levels, tests, canon = res["levels"], res["tests"], res["canonical"]
-        any_level = next(iter(levels.values()))["accuracy"]
         lines += [f"### {SETS[part]}", "",
-                  f"{any_level['groups']} groups x {any_level['seeds']} seeds. Level: mean over groups of the mean over "
-                  "seeds [95% bootstrap CI over groups].", "",
-                  "| arm | " + " | ".join(lbl for lbl, _ in PRIMARY.values()) + " | canonical accuracy |",
-                  "|---|" + "---:|" * (len(PRIMARY) + 1)]
+                  "Level: mean over groups of the mean over seeds [95% bootstrap CI over groups]; `base` is the "
+                  "untrained model (a reference, not tested).", "",
+                  "| arm | groups x seeds | " + " | ".join(lbl for lbl, _ in PRIMARY.values()) + " | canonical accuracy |",
+                  "|---|---:|" + "---:|" * (len(PRIMARY) + 1)]
         for arm, lv in levels.items():
-            lines.append(f"| {arm} | " + " | ".join(_ci(lv[e]) for e in [*PRIMARY, "canonical"]) + " |")
+            size = f"{lv['accuracy']['groups']} x {lv['accuracy']['seeds']}"
+            lines.append(f"| {arm} | {size} | " + " | ".join(_ci(lv[e]) for e in [*PRIMARY, "canonical"]) + " |")
         lines += ["", f"Against `{base}`: Δ = arm − {base} [95% crossed groups x seeds bootstrap CI]; p = one-sided "
                   "Wilcoxon on the per-group means over seeds (accuracy: higher; instability: lower), Holm over "
                   f"{len(PRIMARY)} endpoints x {len(tests)} arms; signs = the sign of Δ per seed.", "",
@@ -157,6 +171,8 @@ def markdown(summary: dict[str, Any], walls: dict[str, float] | None = None) -> 
         for arm, c in canon.items():
             lines.append(f"| {arm} | {_ci(c, 'diff')} | {'yes' if c['non_inferior'] else 'no'} | `{c['signs']}` |")
         lines.append("")
+    if summary.get("incomplete"):
+        lines += ["Left out (not every rotation recorded yet): " + ", ".join(summary["incomplete"]) + ".", ""]
     if walls:
         lines += ["Wall time per arm (every seed and rotation, training and final evaluation): " +
                   ", ".join(f"{arm} {s / 60:.1f} min" for arm, s in walls.items()) +

@@ -55,6 +55,14 @@ def test_group_endpoints_combine_rotations_by_hand():
     assert e["canonical"]["g"] == 1.0
 
 
+def test_an_arm_seed_missing_a_rotation_is_left_out():
+    k = ["canonical", "typo"]
+    rows = [_row("a", 0, "typo", "g", k, [1, 1], 0.1), _row("a", 0, "casing", "g", k, [1, 0], 0.1),
+            _row("a", 1, "typo", "g", k, [1, 1], 0.1)]  # seed 1 was interrupted before its casing run
+    kept, left = summ.complete(rows)
+    assert kept == rows[:2] and left == ["a seed 1"]
+
+
 def _fabricated(n_groups=40, seeds=(0, 1, 2), shift=0.1, seed=0):
     """Records of three arms on one rotation: 'same' equals the baseline; 'better' has a confidence instability
     lower by ``shift + 0.01 * (g % 5)`` on every group and seed and no more wrong variants than the baseline."""
@@ -124,7 +132,7 @@ def test_arms_share_everything_but_the_stability_section():
         experiment_loss.arm_overrides("nope", [])
 
 
-@pytest.mark.slow  # about 40 s on 2 shared cores (8 tiny training runs and their evaluations)
+@pytest.mark.slow  # 16-40 s on 2 shared cores (8 tiny training runs, their evaluations and the base model's)
 def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     code = experiment_loss.main(["--seeds", "0,1", "--arms", "canonical,augment-fresh", "--kinds", "typo,whitespace",
@@ -132,6 +140,9 @@ def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
                                  "--out", str(tmp_path)])
     assert code == 0
     rows = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    base = [r for r in rows if r["arm"] == "base"]  # the untrained model: once, on every rotation's sets
+    assert len(base) == 2 * 2 * 6 and {r["seed"] for r in base} == {-1}
+    rows = [r for r in rows if r["arm"] != "base"]
     # canonical: one run per seed evaluated on both rotations' sets; augment-fresh: one run per rotation.
     assert {(r["arm"], r["run"]) for r in rows} == {("canonical", "all"), ("augment-fresh", "typo"),
                                                     ("augment-fresh", "whitespace")}
@@ -139,6 +150,7 @@ def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     assert len(rows) == 2 * 2 * 2 * 2 * 6 and {r["seed"] for r in rows} == {0, 1}
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["sets"]["kinds"]["tests"]["canonical"]["accuracy"]["seeds"] == 2
+    assert "base" in summary["sets"]["kinds"]["levels"] and "base" not in summary["sets"]["kinds"]["tests"]
     assert "| canonical |" in (tmp_path / "summary.md").read_text()
     # A rerun resumes: nothing is trained again and the records are unchanged.
     before = (tmp_path / "records.jsonl").read_text()
