@@ -73,6 +73,8 @@ def group_endpoints(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int, str]
         e["worst_kind"][gid] = float(min(np.mean(v) for v in per_kind.values())) if per_kind else float("nan")
         e["confidence"][gid] = float(np.mean([r["confidence"] for r in recs]))
         e["canonical"][gid] = float(np.mean([r["correct"][r["kinds"].index("canonical")] for r in recs]))
+        for kind, v in per_kind.items():  # a diagnostic: which kind sets the worst-kind accuracy
+            e[f"kind:{kind}"][gid] = float(np.mean(v))
     return out
 
 
@@ -122,7 +124,8 @@ def summarize(rows: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
             if not seeds:
                 continue
             levels[arm] = {}
-            for endpoint in [*PRIMARY, "canonical"]:
+            kinds = sorted({e for s in seeds for e in ends[(arm, s, part)] if e.startswith("kind:")})
+            for endpoint in [*PRIMARY, "canonical", *kinds]:
                 ids = sorted(set.intersection(*(set(ends[(arm, s, part)][endpoint]) for s in seeds)))
                 per_group = np.array([np.mean([ends[(arm, s, part)][endpoint][g] for s in seeds]) for g in ids])
                 summ = stats.bootstrap_ci(per_group)
@@ -163,6 +166,11 @@ def markdown(summary: dict[str, Any], walls: dict[str, float] | None = None) -> 
         for arm, lv in levels.items():
             size = f"{lv['accuracy']['groups']} x {lv['accuracy']['seeds']}"
             lines.append(f"| {arm} | {size} | " + " | ".join(_ci(lv[e]) for e in [*PRIMARY, "canonical"]) + " |")
+        kinds = sorted({e for lv in levels.values() for e in lv if e.startswith("kind:")})
+        lines += ["", "Accuracy per perturbation kind (diagnostic, not tested): mean over groups and seeds.", "",
+                  "| arm | " + " | ".join(k[5:] for k in kinds) + " |", "|---|" + "---:|" * len(kinds)]
+        for arm, lv in levels.items():
+            lines.append(f"| {arm} | " + " | ".join(f"{lv[k]['mean']:.3f}" if k in lv else "-" for k in kinds) + " |")
         lines += ["", f"Against `{base}`: Δ = arm − {base} [95% crossed groups x seeds bootstrap CI]; p = one-sided "
                   "Wilcoxon on the per-group means over seeds (accuracy: higher; instability: lower), Holm over "
                   f"{len(PRIMARY)} endpoints x {len(tests)} arms; signs = the sign of Δ per seed.", "",
