@@ -502,7 +502,7 @@ def test_consistency_term_matches_kl_div_reference(tok, divergence, temperature,
     _, terms = StabilityLoss(cfg, model)(model, batch)
     expected = _consistency_reference(model, model, tok, items, temperature, threshold, divergence)
     assert float(terms.conf.detach()) == pytest.approx(expected, abs=1e-6)
-    assert float(terms.conf) > 0
+    assert float(terms.conf.detach()) > 0
 
 
 def test_consistency_with_a_frozen_lora_teacher_matches_the_base_model_reference(tok):
@@ -526,3 +526,32 @@ def test_consistency_with_a_frozen_lora_teacher_matches_the_base_model_reference
     # ... and not the self-teacher's value (the teacher really is the base model).
     assert float(terms.conf) != pytest.approx(_consistency_reference(student, student, tok, items, 1.3, 0.0), abs=1e-4)
     assert terms.act is not None and float(terms.act) > 0  # the anchor activation term stays on
+
+
+@pytest.mark.parametrize(("divergence", "flows"), [("kl", False), ("js", True)])
+def test_consistency_gradient_reaches_the_canonical_rows_only_with_js(tok, divergence, flows):
+    """Through the model: the logits of the canonical rows get no gradient from L_conf with the stop-gradient KL,
+    and do with the symmetric JS control; the other rows get one either way."""
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST, eval_mode=False)
+    batch = VariantGroupCollator(tok)(tiny_groups(2))
+    cfg = StabilityConfig(act_weight=0.0, conf_weight=1.0, mode="consistency", divergence=divergence)
+    kept = {}
+
+    def keep(module, inputs, output):
+        output.retain_grad()
+        kept["logits"] = output
+
+    handle = model.lm_head.register_forward_hook(keep)
+    try:
+        _, terms = StabilityLoss(cfg, model)(model, batch)
+    finally:
+        handle.remove()
+    terms.conf.backward()
+    # The confidence term's rows: the LM head applied to the target-predicting hidden states, [G, T, K, V].
+    grad = kept["logits"].grad
+    assert grad.shape[:3] == (2, int(batch["target_length"].max()), 3)
+    canonical = torch.zeros(grad.shape[:3], dtype=torch.bool)
+    for g, c in enumerate(batch["canonical_index"].view(2, 3)[:, 0].tolist()):
+        canonical[g, :, c] = True
+    assert (float(grad[canonical].abs().max()) > 0) == flows
+    assert float(grad[~canonical].abs().max()) > 0
