@@ -132,7 +132,7 @@ def test_arms_share_everything_but_the_stability_section():
         experiment_loss.arm_overrides("nope", [])
 
 
-@pytest.mark.slow  # 16-40 s on 2 shared cores (8 tiny training runs, their evaluations and the base model's)
+@pytest.mark.slow  # 9-40 s measured on 2 shared cores (8 tiny training runs, their evaluations and the base model's)
 def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     code = experiment_loss.main(["--seeds", "0,1", "--arms", "canonical,augment-fresh", "--kinds", "typo,whitespace",
