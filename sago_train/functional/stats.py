@@ -9,6 +9,8 @@ uses ``numpy.random.default_rng(seed)``, so every result is deterministic for a 
   one-sided Wilcoxon signed-rank p-value (:class:`PairedResult`).
 - The rule for "better/worse" ("more/less stable") built on :func:`paired_comparison` is
   :mod:`sago_train.functional.verdict_rule`.
+- :func:`crossed_paired_bootstrap` -- two evaluations on a groups x seeds grid: mean difference with a CI that
+  resamples groups and seeds independently (training seeds are a second source of variation).
 - :func:`kind_effect` -- per-kind means and a Friedman test across groups (:class:`KindEffect`).
 - :func:`axis_correlation` -- Spearman correlation matrix of the axes (:class:`Correlation`).
 - :func:`rank_reversal` -- rankings per set, Kendall's tau between sets, order flips (:class:`RankReversal`).
@@ -37,6 +39,7 @@ __all__ = [
     "PairedResult",
     "bootstrap_ci",
     "paired_comparison",
+    "crossed_paired_bootstrap",
     "to_jsonable",
 ]
 
@@ -305,3 +308,48 @@ def paired_comparison(
     else:
         p = float(_quiet(_st.wilcoxon, d, alternative=alternative).pvalue)
     return PairedResult(summary.mean, summary.ci_low, summary.ci_high, p, summary.n, alternative)
+
+
+def crossed_paired_bootstrap(
+    before: Sequence[Sequence[float]] | np.ndarray,
+    after: Sequence[Sequence[float]] | np.ndarray,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Summary:
+    """``after - before`` on a ``[groups, seeds]`` grid (row i = the same group, column j = the same training
+    seed in both): the mean difference and a percentile CI from a crossed bootstrap, which draws groups and
+    seeds independently with replacement and averages the difference over every (drawn group, drawn seed)
+    cell. With one seed it is the groups bootstrap of :func:`paired_comparison`; with several it also carries
+    the variation between training runs, which a per-group mean over seeds would hide.
+
+    Raises:
+        ValueError: the grids differ in shape, are not 2-D, or hold a NaN (a missing cell has no pair).
+
+    Example:
+        >>> s = crossed_paired_bootstrap([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.1, 0.3], [0.2, 0.2], [0.3, 0.1]])
+        >>> round(s.mean, 6), s.n, s.ci_low <= s.mean <= s.ci_high
+        (0.2, 6, True)
+    """
+    _check_resampling(n_resamples, confidence)
+    b = np.asarray(before, dtype=np.float64)
+    a = np.asarray(after, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"crossed_paired_bootstrap needs two [groups, seeds] grids of one shape; got {b.shape} "
+                         f"and {a.shape}")
+    d = a - b
+    if np.isnan(d).any():
+        raise ValueError("crossed_paired_bootstrap: a cell is NaN; drop the groups (or seeds) that lack a value first")
+    n_g, n_s = d.shape
+    if d.size == 0:
+        return Summary(_NAN, _NAN, _NAN, 0)
+    mean = float(d.mean())
+    if d.size == 1 or bool(np.all(d == d.flat[0])):
+        return Summary(mean, mean, mean, int(d.size))
+    rng = np.random.default_rng(seed)
+    # A resample's mean over the drawn cells is w_g . d . w_s / (n_g n_s), w = how often each index was drawn.
+    w_g = np.stack([np.bincount(rng.integers(0, n_g, n_g), minlength=n_g) for _ in range(n_resamples)])
+    w_s = np.stack([np.bincount(rng.integers(0, n_s, n_s), minlength=n_s) for _ in range(n_resamples)])
+    resampled = np.einsum("rg,gs,rs->r", w_g, d, w_s) / (n_g * n_s)
+    return _percentile_summary(mean, resampled, int(d.size), confidence)

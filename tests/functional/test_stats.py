@@ -22,7 +22,14 @@ from sago_train.functional.relations import (
     kind_effect,
     rank_reversal,
 )
-from sago_train.functional.stats import PairedResult, Summary, bootstrap_ci, paired_comparison, to_jsonable
+from sago_train.functional.stats import (
+    PairedResult,
+    Summary,
+    bootstrap_ci,
+    crossed_paired_bootstrap,
+    paired_comparison,
+    to_jsonable,
+)
 
 NAN = float("nan")
 
@@ -615,3 +622,40 @@ def test_bootstrap_ratio_ci_matches_a_plain_loop_and_the_mean_ci_on_equal_denomi
     assert stats.bootstrap_ratio_ci([], []).n == 0
     with pytest.raises(ValueError, match="denominators"):
         stats.bootstrap_ratio_ci([1], [0])
+
+
+def _reference_crossed(d, n_resamples, seed):
+    rng = np.random.default_rng(seed)
+    g = [rng.integers(0, d.shape[0], d.shape[0]) for _ in range(n_resamples)]
+    s = [rng.integers(0, d.shape[1], d.shape[1]) for _ in range(n_resamples)]
+    return np.array([d[np.ix_(gi, si)].mean() for gi, si in zip(g, s)])
+
+
+def test_crossed_paired_bootstrap_matches_a_plain_loop():
+    rng = np.random.default_rng(3)
+    before, after = rng.normal(size=(25, 4)), rng.normal(0.3, 1.0, size=(25, 4))
+    got = crossed_paired_bootstrap(before, after, n_resamples=500, seed=7)
+    means = _reference_crossed(after - before, 500, 7)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    assert got.mean == pytest.approx((after - before).mean())
+    assert (got.ci_low, got.ci_high) == pytest.approx((min(lo, got.mean), max(hi, got.mean)))
+    assert got.n == 100
+    # Seed variation widens the interval: a seed-level offset is invisible to a groups-only bootstrap.
+    offset = np.array([0.0, 0.0, 1.0, -1.0])
+    wide = crossed_paired_bootstrap(before, after + offset, n_resamples=500, seed=7)
+    assert wide.ci_high - wide.ci_low > got.ci_high - got.ci_low
+    with pytest.raises(ValueError, match="NaN"):
+        crossed_paired_bootstrap([[0.0, np.nan]], [[1.0, 1.0]])
+    with pytest.raises(ValueError, match="one shape"):
+        crossed_paired_bootstrap([[0.0, 1.0]], [[1.0]])
+
+
+def test_crossed_paired_bootstrap_with_one_seed_is_the_groups_bootstrap():
+    # One seed: the crossed bootstrap resamples groups only, so its CI is the one scipy's percentile bootstrap
+    # of the mean difference gives, up to Monte Carlo error.
+    rng = np.random.default_rng(5)
+    before, after = rng.normal(size=(60, 1)), rng.normal(0.5, 1.0, size=(60, 1))
+    got = crossed_paired_bootstrap(before, after, n_resamples=4000, seed=1)
+    ref = sps.bootstrap(((after - before)[:, 0],), np.mean, n_resamples=4000, method="percentile",
+                        random_state=np.random.default_rng(2)).confidence_interval
+    assert got.ci_low == pytest.approx(ref.low, abs=0.05) and got.ci_high == pytest.approx(ref.high, abs=0.05)

@@ -1,0 +1,268 @@
+"""The loss experiment behind `make experiment-loss` (docs/loss-experiment.md): does output-level
+self-distillation on fresh variants beat augmentation on the same fresh variants?
+
+    python scripts/experiment_loss.py [--model tiny|smollm2] [--seeds 0,1,2,3,4] [--arms a,b,...] [--steps N]
+                                      [--out runs/experiment-loss/<model>] [--summary-only]
+
+For every seed, arm and leave-one-kind-out rotation it trains the model's recipe (recipes/experiment-loss-<model>.yaml)
+with the arm's stability overrides (same data, steps, LoRA config and per-seed initialization in every arm), lets
+SAGO evaluate the held-out sets at the last step, and appends the per-group records the summary needs to
+``<out>/records.jsonl`` (one line per arm, seed, rotation, set and group). A finished (arm, seed, rotation) is
+skipped on a rerun, so an interrupted experiment resumes. Then ``<out>/summary.md`` and ``<out>/summary.json``
+are computed from the records alone (scripts/experiment_loss_summary.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+KINDS = ("typo", "casing", "whitespace")
+BASELINE = "augment-fresh"
+#: The consistency term's weight, fixed before running (no tuning on any set): the task loss and the KL are
+#: both per-token means in nats, so 1.0 weighs them alike.
+CONSISTENCY_WEIGHT = 1.0
+_OFF = ["--stability.act_weight=0.0", "--stability.conf_weight=0.0"]
+
+
+def _list(values: list[str]) -> str:
+    return "[" + ",".join(values) + "]"
+
+
+def arm_overrides(arm: str, trained: list[str]) -> list[str]:
+    """Recipe overrides of ``arm`` in a rotation that trains the kinds ``trained`` (the stability section is set
+    whole by every arm, so no arm inherits another's setting). ``fresh`` arms replace the item's fixed phrasings
+    by as many fresh draws of the trained kinds, drawn again each time a group is collated."""
+    fresh = ["--stability.fixed_variants=false", f"--stability.fresh_variants={len(trained)}",
+             f"--stability.fresh_kinds={_list(trained)}"]
+    consistency = ["--stability.mode=consistency", "--stability.teacher=self", "--stability.act_weight=0.0",
+                   f"--stability.conf_weight={CONSISTENCY_WEIGHT}"]
+    arms = {
+        "canonical": ["--stability.task_loss_variants=canonical", *_OFF],
+        "augment-fixed": ["--stability.task_loss_variants=all", *_OFF],
+        "augment-fresh": ["--stability.task_loss_variants=all", *_OFF, *fresh],
+        "consistency-kl": ["--stability.task_loss_variants=all", *fresh, *consistency, "--stability.divergence=kl"],
+        "consistency-js": ["--stability.task_loss_variants=all", *fresh, *consistency, "--stability.divergence=js"],
+        # The shipped relative loss at the library default (StabilityConfig() of main at ccd9dcd: relative
+        # InfoNCE, temperature 0.1, act 0.1, conf 0.1, last-token pooling), on top of augment-fixed.
+        "relative-default": ["--stability.task_loss_variants=all", "--stability.mode=relative",
+                             "--stability.relative_form=infonce", "--stability.temperature=0.1",
+                             "--stability.act_pooling=last", "--stability.act_weight=0.1",
+                             "--stability.conf_weight=0.1"],
+    }
+    if arm not in arms:
+        raise SystemExit(f"unknown arm {arm!r}; known: {', '.join(arms)}")
+    return arms[arm]
+
+
+ARMS = ("canonical", "augment-fixed", "augment-fresh", "consistency-kl", "consistency-js", "relative-default")
+#: The canonical arm trains on the canonical phrasings only, the same in every rotation: it runs once per seed
+#: and is evaluated on every rotation's sets.
+ROTATION_FREE = ("canonical",)
+
+
+def build_sets(model: str, out: Path, kinds: list[str], draws: int, data_seed: int,
+               max_train: int | None, max_groups: int | None) -> dict[str, dict[str, Path]]:
+    """Write every rotation's train / kinds / instances files under ``out/sets``; ``{held_out: paths}``."""
+    from experiment_loss_sets import real_facts, rotation_sets, tiny_facts, write_rotation
+
+    facts = tiny_facts() if model == "tiny" else real_facts()
+    return {h: write_rotation(out / "sets", rotation_sets(facts, kinds, h, seed=data_seed, draws=draws,
+                                                          max_train=max_train, max_groups=max_groups), h)
+            for h in kinds}
+
+
+def write_recipe(base: Path, path: Path, train: Path, sets: dict[str, Path]) -> Path:
+    """The model's recipe with this run's training file and monitored sets (absolute paths)."""
+    import yaml
+
+    data = yaml.safe_load(base.read_text())
+    data["data"]["train"] = str(train.resolve())
+    data["monitor"]["sets"] = {name: str(p.resolve()) for name, p in sets.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def trim_records(run: Path, meta: dict[str, Any], step_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The fields the summary reads from the run's last evaluation (or the records in ``step_dir``), one row per
+    set and group."""
+    if step_dir is None:
+        history = (run / "sago" / "history.jsonl").read_text().splitlines()
+        step = int(json.loads(history[-1])["step"])
+        step_dir = run / "sago" / f"step-{step}"
+    else:
+        step = 0
+    rows = []
+    for path in sorted(step_dir.glob("*-*.jsonl")):
+        set_name = path.stem
+        part, _, held_out = set_name.partition("-")
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            rows.append({**meta, "rotation": held_out, "set": part, "step": step, "id": rec["id"],
+                         "kinds": rec["kinds"], "correct": [int(bool(c)) for c in rec["correct"]],
+                         "confidence": rec["axes"]["confidence"]})
+    return rows
+
+
+def _commit() -> str:
+    """The checkout's commit (which code produced a record), or "" outside git."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]]) -> int:
+    """The untrained model on every rotation's sets, with the recipe's evaluation options: a reference level
+    (arm ``base``, seed -1), not an arm the tests compare."""
+    import yaml
+
+    from sago_train.cli.main import main as cli
+
+    records = out / "records.jsonl"
+    if ("base", -1, "all") in done_runs(records):
+        return 0
+    recipe = yaml.safe_load((ROOT / "recipes" / f"experiment-loss-{args.model}.yaml").read_text())
+    opts = recipe["monitor"]["options"]
+    flags = ["--axes", ",".join(opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
+             "--batch-size", str(opts["batch_size"]), "--max-groups", "0", "--n-bootstrap", str(opts["n_bootstrap"])]
+    flags += [x for stop in opts.get("stop_strings", []) for x in ("--stop", stop)]
+    eval_dir = out / "runs" / "base"
+    t0 = time.perf_counter()
+    code = cli(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,
+                *(x for h, paths in sets.items() for part in ("kinds", "instances")
+                  for x in ("--set", f"{part}-{h}={paths[part]}"))])
+    if code:
+        return code
+    meta = {"model": args.model, "arm": "base", "seed": -1, "run": "all"}
+    rows = trim_records(eval_dir, meta, step_dir=eval_dir)
+    with records.open("a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    with (out / "timings.jsonl").open("a") as fh:
+        fh.write(json.dumps({**meta, "wall_s": round(time.perf_counter() - t0, 1), "commit": _commit()}) + "\n")
+    return 0
+
+
+def done_runs(records: Path) -> set[tuple[str, int, str]]:
+    if not records.exists():
+        return set()
+    return {(r["arm"], r["seed"], r["run"]) for r in map(json.loads, records.read_text().splitlines()) if r}
+
+
+def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]]) -> int:
+    from sago_train.cli.main import main as cli
+
+    base = ROOT / "recipes" / f"experiment-loss-{args.model}.yaml"
+    records, timings = out / "records.jsonl", out / "timings.jsonl"
+    done = done_runs(records)
+    kinds = list(sets)
+    for seed in args.seeds:
+        for arm in args.arms:
+            rotations = ["all"] if arm in ROTATION_FREE else kinds
+            for rot in rotations:
+                if (arm, seed, rot) in done:
+                    continue
+                held = kinds if rot == "all" else [rot]
+                monitored = {f"{part}-{h}": sets[h][part] for h in held for part in ("kinds", "instances")}
+                trained = [k for k in kinds if k != (kinds[0] if rot == "all" else rot)]
+                recipe = write_recipe(base, out / "recipes" / f"{rot}.yaml", sets[held[0]]["train"], monitored)
+                run_dir = out / "runs" / arm / f"seed{seed}" / rot
+                if run_dir.exists():
+                    shutil.rmtree(run_dir)  # an interrupted run: start it again
+                extra = [f"--training.seed={seed}"] + ([f"--training.max_steps={args.steps}"] if args.steps else [])
+                print(f"=== {arm} seed {seed} rotation {rot}", flush=True)
+                t0 = time.perf_counter()
+                code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}-{rot}", "--output-dir", str(run_dir),
+                            *arm_overrides(arm, trained), *extra])
+                if code:
+                    return code
+                wall = time.perf_counter() - t0
+                meta = {"model": args.model, "arm": arm, "seed": seed, "run": rot}
+                rows = trim_records(run_dir, meta)
+                with records.open("a") as fh:
+                    fh.writelines(json.dumps(r) + "\n" for r in rows)
+                with timings.open("a") as fh:
+                    fh.write(json.dumps({**meta, "wall_s": round(wall, 1), "commit": _commit()}) + "\n")
+                print(f"=== {arm} seed {seed} rotation {rot}: {wall:.0f} s", flush=True)
+                if not args.keep_runs:
+                    shutil.rmtree(run_dir)  # the records hold what the summary needs
+    return 0
+
+
+def publish(out: Path, dest: Path) -> None:
+    """Copy what the summary is computed from (records gzipped: a few hundred kB) and the summary itself."""
+    import gzip
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("summary.md", "summary.json", "timings.jsonl"):
+        if (out / name).exists():
+            shutil.copyfile(out / name, dest / name)
+    # mtime=0: the same records give the same bytes, so a re-publish does not show as a change.
+    (dest / "records.jsonl.gz").write_bytes(gzip.compress((out / "records.jsonl").read_bytes(), mtime=0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="training seeds, shared by every arm (comma-separated)")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="perturbation kinds (generator names), rotated")
+    ap.add_argument("--draws", type=int, default=4, help="held-out groups per held-out fact (own perturbation draws)")
+    ap.add_argument("--data-seed", type=int, default=0, help="seed of the fact split and the perturbation draws")
+    ap.add_argument("--steps", type=int, default=None, help="override training.max_steps")
+    ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
+    ap.add_argument("--max-groups", type=int, default=None, help="use only the first N held-out groups (tests)")
+    ap.add_argument("--out", default=None, help="default runs/experiment-loss/<model>")
+    ap.add_argument("--no-base", action="store_true", help="skip the untrained model's reference evaluation")
+    ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder (adapter, SAGO history)")
+    ap.add_argument("--summary-only", action="store_true", help="recompute the summary from existing records")
+    ap.add_argument("--publish", default=None, metavar="DIR",
+                    help="also copy the summary, the timings and the gzipped records to DIR (what is committed under "
+                         "benchmarks/results/experiment-loss/<model>/)")
+    args = ap.parse_args(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    for arm in args.arms:
+        arm_overrides(arm, [])  # unknown names fail before anything runs
+    if BASELINE not in args.arms:
+        raise SystemExit(f"--arms must include the baseline {BASELINE!r}: every test is paired against it")
+    out = Path(args.out or f"runs/experiment-loss/{args.model}")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if not args.summary_only:
+        kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+        sets = build_sets(args.model, out, kinds, args.draws, args.data_seed, args.max_train, args.max_groups)
+        code = run_all(args, out, sets) or (0 if args.no_base else evaluate_base(args, out, sets))
+        if code:
+            return code
+    from experiment_loss_summary import write_summary
+
+    text = write_summary(out / "records.jsonl", out, baseline=BASELINE, timings=out / "timings.jsonl")
+    print(text)
+    if args.publish:
+        publish(out, Path(args.publish))
+    print(f"experiment finished in {time.perf_counter() - t0:.0f} s; summary: {out / 'summary.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""scripts/experiment_loss*.py (docs/loss-experiment.md): the held-out sets, the endpoints and the summary's
+statistics against plain references on fabricated records with a known truth, and the pipeline end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import experiment_loss  # noqa: E402
+import experiment_loss_sets as sets  # noqa: E402
+import experiment_loss_summary as summ  # noqa: E402
+
+
+def test_rotation_sets_hold_out_facts_and_the_kind():
+    facts = sets.tiny_facts()
+    assert len(facts) == 104 and len({f.id for f in facts}) == 104
+    rot = sets.rotation_sets(facts, ["typo", "casing", "whitespace"], "casing", seed=0, draws=4)
+    train_ids = {r["id"] for r in rot["train"]}
+    held_facts = {r["meta"]["fact"] for r in rot["kinds"]}
+    assert len(train_ids) == 52 and len(held_facts) == 52 and not train_ids & held_facts
+    assert len(rot["kinds"]) == len(rot["instances"]) == 208  # >= 200 held-out groups per set
+    assert all(r["kinds"] == ["canonical", "typo", "whitespace"] for r in rot["train"] + rot["instances"])
+    assert all(r["kinds"] == ["canonical", "casing", "casing-2"] for r in rot["kinds"])
+    assert {r["id"] for r in rot["kinds"]} == {r["id"] for r in rot["instances"]}
+    # The same split and draws in every rotation, and again on a rebuild (seeded).
+    other = sets.rotation_sets(facts, ["typo", "casing", "whitespace"], "typo", seed=0, draws=4)
+    assert {r["id"] for r in other["train"]} == train_ids
+    assert sets.rotation_sets(facts, ["typo", "casing", "whitespace"], "casing", seed=0, draws=4) == rot
+    typo_groups = [r for r in other["kinds"] if r["meta"]["fact"] == rot["kinds"][0]["meta"]["fact"]]
+    assert len({r["variants"][1] for r in typo_groups}) > 1  # each group its own draw
+    with pytest.raises(ValueError, match="held-out kind"):
+        sets.rotation_sets(facts, ["typo"], "casing", seed=0, draws=1)
+
+
+def _row(arm, seed, rot, gid, kinds, correct, conf, part="kinds"):
+    return {"model": "t", "arm": arm, "seed": seed, "run": rot, "rotation": rot, "set": part, "id": gid,
+            "kinds": kinds, "correct": correct, "confidence": conf}
+
+
+def test_group_endpoints_combine_rotations_by_hand():
+    rows = [_row("a", 0, "typo", "g", ["canonical", "typo", "typo-2"], [1, 0, 1], 0.2),
+            _row("a", 0, "casing", "g", ["canonical", "casing", "casing-2"], [1, 0, 0], 0.4)]
+    e = summ.group_endpoints(rows)[("a", 0, "kinds")]
+    assert e["accuracy"]["g"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert e["worst_kind"]["g"] == 0.0  # typo 0.5, casing 0.0
+    assert e["confidence"]["g"] == pytest.approx(0.3)
+    assert e["canonical"]["g"] == 1.0
+
+
+def test_an_arm_seed_missing_a_rotation_is_left_out():
+    k = ["canonical", "typo"]
+    rows = [_row("a", 0, "typo", "g", k, [1, 1], 0.1), _row("a", 0, "casing", "g", k, [1, 0], 0.1),
+            _row("a", 1, "typo", "g", k, [1, 1], 0.1)]  # seed 1 was interrupted before its casing run
+    kept, left = summ.complete(rows)
+    assert kept == rows[:2] and left == ["a seed 1"]
+
+
+def _fabricated(n_groups=40, seeds=(0, 1, 2), shift=0.1, seed=0):
+    """Records of three arms on one rotation: 'same' equals the baseline; 'better' has a confidence instability
+    lower by ``shift + 0.01 * (g % 5)`` on every group and seed and no more wrong variants than the baseline."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in seeds:
+        for g in range(n_groups):
+            conf = float(rng.uniform(0.2, 0.8))
+            wrong = int(rng.integers(0, 3))  # variants 1..2 wrong in the baseline
+            base_c = [1, int(wrong < 1), int(wrong < 2)]
+            better_c = [1, 1, int(wrong < 2 or g % 3 == 0)]
+            for arm, c, cf in (("augment-fresh", base_c, conf), ("same", base_c, conf),
+                               ("better", better_c, conf - shift - 0.01 * (g % 5))):
+                rows.append(_row(arm, s, "typo", f"g{g}", ["canonical", "typo", "typo-2"], c, cf))
+    return rows
+
+
+def test_summary_statistics_match_plain_references():
+    rows = _fabricated()
+    res = summ.summarize(rows, "augment-fresh")["sets"]["kinds"]
+    ends = summ.group_endpoints(rows)
+    ps = []
+    for arm in ("same", "better"):
+        for endpoint, (_, alt) in summ.PRIMARY.items():
+            base = np.array([[ends[("augment-fresh", s, "kinds")][endpoint][f"g{g}"] for s in (0, 1, 2)]
+                             for g in range(40)])
+            other = np.array([[ends[(arm, s, "kinds")][endpoint][f"g{g}"] for s in (0, 1, 2)] for g in range(40)])
+            d = other.mean(1) - base.mean(1)
+            ref_p = 1.0 if np.all(d == 0) else st.wilcoxon(d, alternative=alt).pvalue
+            got = res["tests"][arm][endpoint]
+            assert got["p"] == pytest.approx(ref_p)
+            assert got["diff"] == pytest.approx((other - base).mean())
+            ps.append(ref_p)
+    # Holm by hand over the 2 arms x 3 endpoints.
+    order = np.argsort(ps, kind="stable")
+    ref_holm, running = np.empty(len(ps)), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        ref_holm[i] = running
+    got_holm = [res["tests"][a][e]["p_holm"] for a in ("same", "better") for e in summ.PRIMARY]
+    np.testing.assert_allclose(got_holm, ref_holm, rtol=0, atol=1e-11)  # holm() rounds to 12 places
+    # The known truth: 'better' lowers confidence instability by 0.1 + 0.01 * (g % 5) on every group and seed.
+    conf = res["tests"]["better"]["confidence"]
+    assert conf["diff"] == pytest.approx(-(0.1 + 0.01 * np.mean(np.arange(40) % 5)))
+    assert conf["p_holm"] < 1e-6 and conf["signs"] == "---" and conf["ci_high"] < 0
+    assert res["tests"]["same"]["accuracy"]["p"] == 1.0 and res["tests"]["same"]["accuracy"]["signs"] == "000"
+    assert res["canonical"]["better"]["non_inferior"] and res["canonical"]["better"]["diff"] == 0.0
+
+
+def test_non_inferiority_fails_when_canonical_accuracy_drops():
+    rows = _fabricated(shift=0.0)
+    for r in rows:
+        if r["arm"] == "better" and int(r["id"][1:]) % 4 == 0:
+            r["correct"] = [0, *r["correct"][1:]]  # a quarter of the groups lose the canonical
+    canon = summ.summarize(rows, "augment-fresh")["sets"]["kinds"]["canonical"]["better"]
+    assert canon["diff"] == pytest.approx(-0.25) and not canon["non_inferior"] and canon["ci_low"] < -0.02
+
+
+def test_arms_share_everything_but_the_stability_section():
+    for arm in experiment_loss.ARMS:
+        assert all(o.startswith("--stability.") for o in experiment_loss.arm_overrides(arm, ["typo", "casing"]))
+    fresh = experiment_loss.arm_overrides("augment-fresh", ["typo", "casing"])
+    assert "--stability.fresh_kinds=[typo,casing]" in fresh and "--stability.conf_weight=0.0" in fresh
+    kl = experiment_loss.arm_overrides("consistency-kl", ["typo", "casing"])
+    assert set(fresh) - {"--stability.conf_weight=0.0"} <= set(kl)  # the same fresh data, plus the term
+    with pytest.raises(SystemExit, match="unknown arm"):
+        experiment_loss.arm_overrides("nope", [])
+
+
+@pytest.mark.slow  # 9-40 s measured on 2 shared cores (8 tiny training runs, their evaluations and the base model's)
+def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    code = experiment_loss.main(["--seeds", "0,1", "--arms", "canonical,augment-fresh", "--kinds", "typo,whitespace",
+                                 "--draws", "1", "--max-train", "8", "--max-groups", "6", "--steps", "2",
+                                 "--out", str(tmp_path)])
+    assert code == 0
+    rows = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    base = [r for r in rows if r["arm"] == "base"]  # the untrained model: once, on every rotation's sets
+    assert len(base) == 2 * 2 * 6 and {r["seed"] for r in base} == {-1}
+    rows = [r for r in rows if r["arm"] != "base"]
+    # canonical: one run per seed evaluated on both rotations' sets; augment-fresh: one run per rotation.
+    assert {(r["arm"], r["run"]) for r in rows} == {("canonical", "all"), ("augment-fresh", "typo"),
+                                                    ("augment-fresh", "whitespace")}
+    # 2 seeds x 2 arms x 2 rotations x 2 sets (kinds, instances) x 6 groups
+    assert len(rows) == 2 * 2 * 2 * 2 * 6 and {r["seed"] for r in rows} == {0, 1}
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["sets"]["kinds"]["tests"]["canonical"]["accuracy"]["seeds"] == 2
+    assert "base" in summary["sets"]["kinds"]["levels"] and "base" not in summary["sets"]["kinds"]["tests"]
+    assert "| canonical |" in (tmp_path / "summary.md").read_text()
+    # A rerun resumes: nothing is trained again and the records are unchanged.
+    before = (tmp_path / "records.jsonl").read_text()
+    assert experiment_loss.main(["--seeds", "0,1", "--arms", "canonical,augment-fresh", "--kinds", "typo,whitespace",
+                                 "--draws", "1", "--max-train", "8", "--max-groups", "6", "--steps", "2",
+                                 "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "records.jsonl").read_text() == before
