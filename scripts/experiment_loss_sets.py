@@ -48,10 +48,25 @@ def tiny_facts() -> list[Fact]:
             for fam in FAMILIES for s, a in fam.facts]
 
 
+def plain_question(prompt: str) -> str:
+    r"""The question a few-shot prompt asks last (its final ``Question: ...`` line), or the prompt itself.
+
+    The bundled real sets' canonical prompts are few-shot scaffolds for base models; sent whole as one chat
+    message, SmolLM2-135M-Instruct often answers about the shots (0.333 of canonical prompts right in the pilot);
+    asked the plain question it answered 32 of 48 (measured on 12 groups of each set, docs/loss-experiment.md).
+
+    Example:
+        >>> plain_question("Question: What is 3 + 4?\nAnswer: 7\n\nQuestion: What is 7 + 2?\nAnswer:")
+        'What is 7 + 2?'
+    """
+    questions = [line[len("Question: "):] for line in prompt.split("\n") if line.startswith("Question: ")]
+    return questions[-1].strip() if questions else prompt
+
+
 def real_facts(max_per_set: int | None = None) -> list[Fact]:
-    """The canonical variant of every group of the bundled real sets (sago_train/assets/sets/real), for
-    SmolLM2-135M-Instruct: a user message (rendered by the chat template in training and evaluation alike)
-    answered by the set's reference and the end-of-turn token."""
+    """The canonical question of every group of the bundled real sets (sago_train/assets/sets/real), for
+    SmolLM2-135M-Instruct: the plain question (:func:`plain_question`) as a user message (rendered by the chat
+    template in training and evaluation alike) answered by the set's reference and the end-of-turn token."""
     from sago_train.data import VariantSet
 
     facts = []
@@ -59,8 +74,8 @@ def real_facts(max_per_set: int | None = None) -> list[Fact]:
         vs = VariantSet.from_jsonl(ROOT / "sago_train" / "assets" / "sets" / "real" / f"{name}.jsonl", name=name)
         for g in list(vs)[:max_per_set]:
             ref = g.reference if isinstance(g.reference, str) else g.reference[0]
-            facts.append(Fact(g.id, [{"role": "user", "content": g.variants[g.canonical]}],
-                              f"{ref.strip()}<|im_end|>", ref.strip()))
+            question = plain_question(g.variants[g.canonical])
+            facts.append(Fact(g.id, [{"role": "user", "content": question}], f"{ref.strip()}<|im_end|>", ref.strip()))
     return facts
 
 

@@ -158,3 +158,16 @@ def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
                                  "--draws", "1", "--max-train", "8", "--max-groups", "6", "--steps", "2",
                                  "--out", str(tmp_path)]) == 0
     assert (tmp_path / "records.jsonl").read_text() == before
+
+
+def test_real_facts_ask_the_plain_question():
+    """SmolLM2's facts are the bundled sets' last few-shot question, asked alone as one user message."""
+    from experiment_loss_sets import plain_question, real_facts
+
+    facts = real_facts(max_per_set=2)
+    assert len(facts) == 8
+    for f in facts:
+        content = f.prompt[0]["content"]
+        assert f.prompt[0]["role"] == "user" and "Question:" not in content and "Answer:" not in content
+        assert content.endswith("?") and f.target.endswith("<|im_end|>") and f.target.startswith(f.reference)
+    assert plain_question("no scaffold here") == "no scaffold here"
