@@ -10,7 +10,7 @@ bytes; the stability-loss tests). Model and tokenizer take the same ``ids``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import transformers as tf
@@ -124,3 +124,19 @@ GROUPS = [
 def tiny_groups(n: int = 8) -> list[dict]:
     """``n`` training groups with K=3 (cycled from a few hand-written ones)."""
     return [dict(GROUPS[i % len(GROUPS)], id=f"g{i}") for i in range(n)]
+
+
+def greedy_reference(model: Any, prompt: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
+    """The plain greedy decode to check generation against: one full forward per token (no padding, no cache),
+    up to and including the first ``eos_id``."""
+    import torch
+
+    ids, out = list(prompt), []
+    for _ in range(max_new_tokens):
+        with torch.no_grad():
+            nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+        out.append(nxt)
+        ids.append(nxt)
+        if nxt == eos_id:
+            break
+    return out

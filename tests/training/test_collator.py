@@ -8,12 +8,7 @@ import torch
 from sago_train.data import VariantGroup
 from sago_train.errors import SagoInputError
 from sago_train.training.collator import GROUP_KEYS, VariantGroupCollator, mask_non_canonical_labels
-from tests._helpers.tiny import SPECIALS_FIRST, TAGGED_TEMPLATE, make_byte_tokenizer, tiny_groups
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST)
+from tests._helpers.tiny import tiny_groups
 
 
 def test_layout_labels_and_bookkeeping(tok):

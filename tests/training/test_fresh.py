@@ -9,14 +9,9 @@ from sago_train.errors import SagoInputError
 from sago_train.training.collator import VariantGroupCollator
 from sago_train.training.config import StabilityConfig
 from sago_train.training.fresh import FreshVariants, configure_collator
-from tests._helpers.tiny import SPECIALS_FIRST, TAGGED_TEMPLATE, make_byte_tokenizer, tiny_groups
+from tests._helpers.tiny import tiny_groups
 
 GROUP = VariantGroup(id="q1", variants=["What is the capital of France today?", "France's capital?"])
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST)
 
 
 def test_draws_are_reproducible_and_differ_between_draws_and_seeds():

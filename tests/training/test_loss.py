@@ -15,16 +15,9 @@ from sago_train.training.collator import VariantGroupCollator
 from sago_train.training.loss import HiddenCapture, StabilityConfig, StabilityLoss, group_layout, split_batch
 from tests._helpers.tiny import (
     SPECIALS_FIRST,
-    TAGGED_TEMPLATE,
-    make_byte_tokenizer,
     make_tiny_model,
     tiny_groups,
 )
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST)
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,10 @@ from sago_train.training.loss import group_layout, split_batch
 from sago_train.training.teacher import EmaTeacherCallback, Teacher
 from tests._helpers.tiny import (
     SPECIALS_FIRST,
-    TAGGED_TEMPLATE,
-    make_byte_tokenizer,
+    greedy_reference,
     make_tiny_model,
     tiny_groups,
 )
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST)
 
 
 def _lora(seed_b: int | None = 0):
@@ -116,15 +110,7 @@ def test_greedy_answers_are_the_argmax_tokens_up_to_eos(tok):
     prompts = [tok("What is the capital of France?")["input_ids"], tok("2+2=")["input_ids"]]
     got = Teacher("self", model).answer(model, prompts, max_new_tokens=5, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id)
     for prompt, answer in zip(prompts, got):
-        ids, expected = list(prompt), []
-        for _ in range(5):  # the reference: one full forward per token, no padding, no cache
-            with torch.no_grad():
-                nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
-            expected.append(nxt)
-            ids.append(nxt)
-            if nxt == tok.eos_token_id:
-                break
-        assert answer == expected
+        assert answer == greedy_reference(model, prompt, 5, tok.eos_token_id)
     # The frozen teacher answers with the base model's tokens.
     base = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST)
     frozen = Teacher("frozen", model).answer(model, prompts[:1], max_new_tokens=5, pad_id=tok.pad_token_id,

@@ -19,8 +19,7 @@ from sago_train.training.trainer import StabilityTrainer
 from tests._helpers.proc import run as run_proc
 from tests._helpers.tiny import (
     SPECIALS_FIRST,
-    TAGGED_TEMPLATE,
-    make_byte_tokenizer,
+    greedy_reference,
     make_tiny_model,
     tiny_groups,
 )
@@ -39,11 +38,6 @@ class LogRecorder(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self.logs.append(dict(logs or {}))
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_byte_tokenizer(TAGGED_TEMPLATE, SPECIALS_FIRST)
 
 
 def _args(tmp_path: Path, **overrides) -> TrainingArguments:
@@ -287,15 +281,8 @@ def test_unlabeled_item_gets_the_teachers_greedy_tokens_and_no_labels(tmp_path, 
     model = trainer.model
     full = trainer._sago_answer_unlabeled(model, batch.pop(PENDING_KEY))
     prompt = trainer.data_collator.encode_prompt(unlabeled["variants"][unlabeled.get("canonical", 0)])
-    ids, expected = list(prompt), []
     model.eval()
-    for _ in range(6):  # the reference greedy decode: argmax of a full forward per token
-        with torch.no_grad():
-            nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
-        expected.append(nxt)
-        ids.append(nxt)
-        if nxt == tok.eos_token_id:
-            break
+    expected = greedy_reference(model, prompt, 6, tok.eos_token_id)
     rows = (full["group_index"] == 1).nonzero().flatten().tolist()
     for r in rows:
         p = int(full["prompt_length"][r])
