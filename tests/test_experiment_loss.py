@@ -18,6 +18,8 @@ import experiment_loss  # noqa: E402
 import experiment_loss_sets as sets  # noqa: E402
 import experiment_loss_summary as summ  # noqa: E402
 
+from sago_train.functional.multiplicity import holm  # noqa: E402
+
 
 def test_rotation_sets_hold_out_facts_and_the_kind():
     facts = sets.tiny_facts()
@@ -95,8 +97,14 @@ def test_summary_statistics_match_plain_references():
             got = res["tests"][arm][endpoint]
             assert got["p"] == pytest.approx(ref_p)
             assert got["diff"] == pytest.approx((other - base).mean())
-            ps.append(ref_p)
-    # Holm by hand over the 2 arms x 3 endpoints.
+            per_seed = (other - base).mean(0)  # the seeds' test: a training run as the unit
+            if np.allclose(per_seed, per_seed[0]):
+                ref_seeds = 0.0 if (per_seed[0] > 0) == (alt == "greater") and per_seed[0] != 0 else 1.0
+            else:
+                ref_seeds = st.ttest_1samp(per_seed, 0.0, alternative=alt).pvalue
+            assert got["p_seeds"] == pytest.approx(ref_seeds)
+            ps.append(max(ref_p, ref_seeds))
+    # Holm by hand over the 2 arms x 3 endpoints, of the larger of the two p-values.
     order = np.argsort(ps, kind="stable")
     ref_holm, running = np.empty(len(ps)), 0.0
     for rank, i in enumerate(order):
@@ -171,3 +179,37 @@ def test_real_facts_ask_the_plain_question():
         assert f.prompt[0]["role"] == "user" and "Question:" not in content and "Answer:" not in content
         assert content.endswith("?") and f.target.endswith("<|im_end|>") and f.target.startswith(f.reference)
     assert plain_question("no scaffold here") == "no scaffold here"
+
+
+def _null_rows(rng, run_sd, n_groups=25, seeds=(0, 1, 2, 3, 4), arms=("augment-fresh", "a", "b")):
+    """Arms that do not differ: every arm's groups drawn alike; each training run (arm, seed) shifts all of its
+    groups by one N(0, run_sd) draw, as training runs do."""
+    level, p_right = rng.uniform(0.2, 0.8, n_groups), rng.uniform(0.3, 0.95, n_groups)
+    rows = []
+    for arm in arms:
+        for s in seeds:
+            shift = rng.normal(0, run_sd)
+            for g in range(n_groups):
+                right = [int(rng.random() < min(1.0, max(0.0, p_right[g] + shift))) for _ in range(3)]
+                rows.append(_row(arm, s, "typo", f"g{g}", ["canonical", "typo", "typo-2"], right,
+                                 float(level[g] + shift + rng.normal(0, 0.05))))
+    return rows
+
+
+@pytest.mark.slow  # 120 summaries: about 60 s
+def test_a_claim_against_the_baseline_holds_its_error_rate_under_run_to_run_variation():
+    """No arm differs; training runs vary (run_sd 0.03, about the tiny experiment's per-seed spread). The share of
+    simulated experiments with any claim (Holm p < 0.05) stays within alpha + 2 SE; the group-level Wilcoxon alone
+    (the previous rule) claims far more often, because a run's shift shared by its groups reads as an effect."""
+    rng = np.random.default_rng(0)
+    runs, claimed, group_only = 60, {0.0: 0, 0.03: 0}, 0
+    for run_sd in claimed:
+        for _ in range(runs):
+            tests = summ.summarize(_null_rows(rng, run_sd), "augment-fresh")["sets"]["kinds"]["tests"]
+            claimed[run_sd] += any(r["p_holm"] < 0.05 for t in tests.values() for r in t.values())
+            if run_sd:
+                ps = [r["p"] for t in tests.values() for r in t.values()]
+                group_only += any(p < 0.05 for p in holm(ps))
+    bound = 0.05 + 2 * (0.05 * 0.95 / runs) ** 0.5
+    assert claimed[0.0] / runs <= bound and claimed[0.03] / runs <= bound, claimed
+    assert group_only / runs > 0.2, group_only
