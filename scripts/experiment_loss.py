@@ -175,36 +175,36 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]
     records, timings = out / "records.jsonl", out / "timings.jsonl"
     done = done_runs(records)
     kinds = list(sets)
-    for seed in args.seeds:
-        for arm in args.arms:
-            rotations = ["all"] if arm in ROTATION_FREE else kinds
-            for rot in rotations:
-                if (arm, seed, rot) in done:
-                    continue
-                held = kinds if rot == "all" else [rot]
-                monitored = {f"{part}-{h}": sets[h][part] for h in held for part in ("kinds", "instances")}
-                trained = [k for k in kinds if k != (kinds[0] if rot == "all" else rot)]
-                recipe = write_recipe(base, out / "recipes" / f"{rot}.yaml", sets[held[0]]["train"], monitored)
-                run_dir = out / "runs" / arm / f"seed{seed}" / rot
-                if run_dir.exists():
-                    shutil.rmtree(run_dir)  # an interrupted run: start it again
-                extra = [f"--training.seed={seed}"] + ([f"--training.max_steps={args.steps}"] if args.steps else [])
-                print(f"=== {arm} seed {seed} rotation {rot}", flush=True)
-                t0 = time.perf_counter()
-                code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}-{rot}", "--output-dir", str(run_dir),
-                            *arm_overrides(arm, trained), *extra])
-                if code:
-                    return code
-                wall = time.perf_counter() - t0
-                meta = {"model": args.model, "arm": arm, "seed": seed, "run": rot}
-                rows = trim_records(run_dir, meta)
-                with records.open("a") as fh:
-                    fh.writelines(json.dumps(r) + "\n" for r in rows)
-                with timings.open("a") as fh:
-                    fh.write(json.dumps({**meta, "wall_s": round(wall, 1), "commit": _commit()}) + "\n")
-                print(f"=== {arm} seed {seed} rotation {rot}: {wall:.0f} s", flush=True)
-                if not args.keep_runs:
-                    shutil.rmtree(run_dir)  # the records hold what the summary needs
+    jobs = [(seed, arm, rot) for seed in args.seeds for arm in args.arms
+            for rot in (["all"] if arm in ROTATION_FREE else kinds)]
+    shard, shards = args.shard
+    for index, (seed, arm, rot) in enumerate(jobs):
+        if index % shards != shard or (arm, seed, rot) in done:
+            continue
+        held = kinds if rot == "all" else [rot]
+        monitored = {f"{part}-{h}": sets[h][part] for h in held for part in ("kinds", "instances")}
+        trained = [k for k in kinds if k != (kinds[0] if rot == "all" else rot)]
+        recipe = write_recipe(base, out / "recipes" / f"{rot}.yaml", sets[held[0]]["train"], monitored)
+        run_dir = out / "runs" / arm / f"seed{seed}" / rot
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an interrupted run: start it again
+        extra = [f"--training.seed={seed}"] + ([f"--training.max_steps={args.steps}"] if args.steps else [])
+        print(f"=== {arm} seed {seed} rotation {rot}", flush=True)
+        t0 = time.perf_counter()
+        code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}-{rot}", "--output-dir", str(run_dir),
+                    *arm_overrides(arm, trained), *extra])
+        if code:
+            return code
+        wall = time.perf_counter() - t0
+        meta = {"model": args.model, "arm": arm, "seed": seed, "run": rot}
+        rows = trim_records(run_dir, meta)
+        with records.open("a") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+        with timings.open("a") as fh:
+            fh.write(json.dumps({**meta, "wall_s": round(wall, 1), "commit": _commit()}) + "\n")
+        print(f"=== {arm} seed {seed} rotation {rot}: {wall:.0f} s", flush=True)
+        if not args.keep_runs:
+            shutil.rmtree(run_dir)  # the records hold what the summary needs
     return 0
 
 
@@ -231,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps")
     ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
     ap.add_argument("--max-groups", type=int, default=None, help="use only the first N held-out groups (tests)")
+    ap.add_argument("--shard", default="0/1", metavar="I/N",
+                    help="run only every N-th (seed, arm, rotation) from the I-th (0-based), e.g. two processes on "
+                         "two cores with 0/2 and 1/2 and their own --out; their records.jsonl and timings.jsonl "
+                         "concatenated are the experiment's (the untrained model is evaluated by shard 0)")
     ap.add_argument("--out", default=None, help="default runs/experiment-loss/<model>")
     ap.add_argument("--no-base", action="store_true", help="skip the untrained model's reference evaluation")
     ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder (adapter, SAGO history)")
@@ -241,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    try:
+        shard, shards = (int(x) for x in args.shard.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard must be I/N with integers, got {args.shard!r}") from None
+    if not 0 <= shard < shards:
+        raise SystemExit(f"--shard I/N needs 0 <= I < N, got {args.shard!r}")
+    args.shard = (shard, shards)
     for arm in args.arms:
         arm_overrides(arm, [])  # unknown names fail before anything runs
     if BASELINE not in args.arms:
@@ -251,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summary_only:
         kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
         sets = build_sets(args.model, out, kinds, args.draws, args.data_seed, args.max_train, args.max_groups)
-        code = run_all(args, out, sets) or (0 if args.no_base else evaluate_base(args, out, sets))
+        code = run_all(args, out, sets) or (0 if args.no_base or shard else evaluate_base(args, out, sets))
         if code:
             return code
     from experiment_loss_summary import write_summary
