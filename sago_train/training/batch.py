@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..errors import SagoInputError
-from .collator import GROUP_KEYS
+from .collator import DRAWN_KEY, GROUP_KEYS
 
 
 @dataclass
@@ -32,7 +32,7 @@ class GroupLayout:
 
 def split_batch(batch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Separate the model inputs from the collator's group bookkeeping (``None`` when there is none)."""
-    model_inputs = {k: v for k, v in batch.items() if k not in GROUP_KEYS}
+    model_inputs = {k: v for k, v in batch.items() if k not in GROUP_KEYS and k != DRAWN_KEY}
     if "group_index" not in batch:
         return model_inputs, None
     missing = [k for k in GROUP_KEYS if k not in batch and k != "target_mask"]

@@ -31,6 +31,9 @@ GROUP_KEYS = ("group_index", "variant_index", "canonical_index", "prompt_length"
 # The key of a collated batch that holds groups still waiting for a target (unlabeled prompts in the
 # consistency mode): :class:`PendingGroups`, completed by the trainer once the teacher has answered.
 PENDING_KEY = "sago_pending"
+#: The batch entry naming the groups given fresh variants (their drawer keys): bookkeeping, never a model input;
+#: the trainer pops it and counts them as used (:meth:`~sago_train.training.fresh.FreshVariants.consume`).
+DRAWN_KEY = "sago_drawn"
 # Dataset columns an item may carry; the trainers keep them when ``remove_unused_columns`` prunes the rest.
 ITEM_COLUMNS = ("id", "variants", "target", "reference", "canonical", "kinds", "meta")
 
@@ -153,11 +156,12 @@ class VariantGroupCollator:
     def __call__(self, items: Sequence[Any]) -> dict[str, Any]:
         if len(items) == 0:
             raise SagoInputError("cannot collate an empty batch of variant groups")
-        resolved = []
+        resolved, drawn = [], []
         for i, item in enumerate(items):
             group, target = group_of(item, i, allow_unlabeled=self.allow_unlabeled)
             if self.fresh is not None:
                 has_id = isinstance(item, VariantGroup) or (isinstance(item, Mapping) and item.get("id") is not None)
+                drawn.append(self.fresh.key_of(group, has_id))
                 group = self.fresh(group, has_id)
             resolved.append((group, None if target is None else self.encode_target(target), i))
         k = resolved[0][0].k
@@ -171,11 +175,15 @@ class VariantGroupCollator:
                 )
         labeled = [(g, t) for g, t, _ in resolved if t is not None]
         if len(labeled) == len(resolved):
-            return self.collate_encoded(labeled)
-        # The labeled groups' tensors let the Trainer count the label tokens before the teacher answers.
-        batch = self.collate_encoded(labeled) if labeled else {
-            "input_ids": torch.zeros((0, 1), dtype=torch.long), "labels": torch.full((0, 1), -100, dtype=torch.long)}
-        batch[PENDING_KEY] = PendingGroups(self, [(g, t) for g, t, _ in resolved])
+            batch = self.collate_encoded(labeled)
+        else:
+            # The labeled groups' tensors let the Trainer count the label tokens before the teacher answers.
+            batch = self.collate_encoded(labeled) if labeled else {
+                "input_ids": torch.zeros((0, 1), dtype=torch.long),
+                "labels": torch.full((0, 1), -100, dtype=torch.long)}
+            batch[PENDING_KEY] = PendingGroups(self, [(g, t) for g, t, _ in resolved])
+        if drawn:
+            batch[DRAWN_KEY] = tuple(drawn)
         return batch
 
     def collate_encoded(

@@ -69,6 +69,19 @@ class FreshVariants:
         self.seed = int(seed)
         self.keep_fixed = keep_fixed
         self.draws: dict[str, int] = {}
+        #: Draws per group of the batches training has used (``consume``): the dataloader collates a batch ahead,
+        #: so a checkpoint saves these, not ``draws``, and a resumed run draws exactly what the whole run drew.
+        self.consumed: dict[str, int] = {}
+
+    def consume(self, keys: Sequence[str]) -> None:
+        """Count the groups of a batch the trainer used (their keys, as the collator put them in the batch)."""
+        for key in keys:
+            self.consumed[key] = self.consumed.get(key, 0) + 1
+
+    def restore(self, counts: dict[str, int]) -> None:
+        """Continue from a checkpoint's counts: the next draw of each group is the one after them."""
+        self.draws = {str(k): int(v) for k, v in counts.items()}
+        self.consumed = dict(self.draws)
 
     def key_of(self, group: VariantGroup, has_id: bool) -> str:
         """The group's identity for the seed: its id when the item had one, and its canonical prompt."""

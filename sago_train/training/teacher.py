@@ -12,6 +12,7 @@ variants are pulled towards, and who answers unlabeled prompts.
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,16 @@ from .batch import GroupLayout, predicting_index
 
 def _is_peft(model: nn.Module) -> bool:
     return callable(getattr(model, "disable_adapter", None)) and hasattr(model, "peft_config")
+
+
+def _takes_logits_to_keep(model: nn.Module) -> bool:
+    """Whether the (PEFT-unwrapped) model's forward takes ``logits_to_keep`` as positions (transformers' causal
+    LMs do); other modules get full logits."""
+    inner = model.get_base_model() if _is_peft(model) else model  # type: ignore[operator]
+    try:
+        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class Teacher:
@@ -103,12 +114,22 @@ class Teacher:
         g, k = layout.num_groups, layout.group_size
         rows = layout.order.view(g, k)[torch.arange(g, device=layout.order.device), layout.canonical]
         mask = None if attention_mask is None else attention_mask[rows]
-        with self.active(model) as teacher:
-            out = teacher(input_ids=input_ids[rows], attention_mask=mask)
-        logits = out.logits if hasattr(out, "logits") else out[0]
         row_index, pos_index, _ = predicting_index(layout, input_ids.shape[1])  # [G, T, K]
         canonical_slot = layout.canonical[:, None].expand(g, pos_index.shape[1])
         pos = pos_index.gather(2, canonical_slot[..., None]).squeeze(-1)  # [G, T]
+        with self.active(model) as teacher:
+            # The LM head only where a response token is predicted: over a long prompt's positions its [V]-wide
+            # projection is most of the teacher's extra cost (the frozen / EMA teacher's own forward).
+            keep = torch.unique(pos) if _takes_logits_to_keep(teacher) else None
+            extra = {} if keep is None else {"logits_to_keep": keep}
+            out = teacher(input_ids=input_ids[rows], attention_mask=mask, **extra)
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        if keep is not None and logits.shape[1] != keep.numel():  # a model that read it as a count: full logits
+            with self.active(model) as teacher:
+                out = teacher(input_ids=input_ids[rows], attention_mask=mask)
+            logits, keep = (out.logits if hasattr(out, "logits") else out[0]), None
+        if keep is not None:
+            pos = torch.searchsorted(keep, pos)  # the kept positions' indices in the sliced logits
         return logits[torch.arange(g, device=logits.device)[:, None], pos]
 
     @torch.no_grad()

@@ -28,9 +28,10 @@ from torch import nn
 from ..data.groups import VariantGroup
 from ..errors import SagoInputError
 from ..threads import configure_torch_threads
-from .collator import ITEM_COLUMNS, PENDING_KEY, VariantGroupCollator, mask_non_canonical_labels
+from .collator import DRAWN_KEY, ITEM_COLUMNS, PENDING_KEY, VariantGroupCollator, mask_non_canonical_labels
 from .fresh import configure_collator
 from .loss import StabilityConfig, StabilityLoss, split_batch
+from .resume import ConsistencyStateCallback, has_state, restore
 from .teacher import EmaTeacherCallback, Teacher
 
 
@@ -116,10 +117,18 @@ class StabilityTrainerMixin:
             self._sago_teacher = Teacher(stability_config.teacher, self.model, stability_config.ema_decay)
             if stability_config.teacher == "ema":
                 self.add_callback(EmaTeacherCallback(self._sago_teacher))
+        if has_state(self._sago_teacher, getattr(self.data_collator, "fresh", None)):
+            self.add_callback(ConsistencyStateCallback(self._sago_teacher, getattr(self.data_collator, "fresh", None)))
         # Resolves the layers against the model now, so an out-of-range layer fails at construction.
         self._sago_loss = StabilityLoss(stability_config, self.model)
         self._sago_train_sums: dict[str, torch.Tensor] = {}
         self._sago_eval_values: dict[str, list[torch.Tensor]] = defaultdict(list)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``; a resumed run also gets back the EMA teacher and the fresh draw counts."""
+        if resume_from_checkpoint:
+            restore(resume_from_checkpoint, self.args, self._sago_teacher, getattr(self.data_collator, "fresh", None))
+        return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
 
     # ------------------------------------------------------------------------------------------- data
     def _set_signature_columns_if_needed(self) -> None:
@@ -152,6 +161,8 @@ class StabilityTrainerMixin:
         a training batch without it is an error (it would silently train without the stability loss).
         """
         pending = inputs.pop(PENDING_KEY, None) if isinstance(inputs, dict) else None
+        if isinstance(inputs, dict) and DRAWN_KEY in inputs:
+            self.data_collator.fresh.consume(inputs.pop(DRAWN_KEY))
         if pending is not None:
             inputs = self._sago_answer_unlabeled(model, pending)
         model_inputs, groups = split_batch(inputs)

@@ -118,3 +118,40 @@ def test_greedy_answers_are_the_argmax_tokens_up_to_eos(tok):
     with torch.no_grad():
         first = int(base(torch.tensor([prompts[0]])).logits[0, -1].argmax())
     assert frozen[0][0] == first
+
+
+def test_the_teachers_lm_head_runs_only_where_a_response_token_is_predicted(tok):
+    """The frozen teacher's logits come from the kept positions only, and equal the full-logits reference; a model
+    that does not slice by ``logits_to_keep`` positions is read in full instead."""
+    student = _lora()
+    batch = VariantGroupCollator(tok)(tiny_groups(3))
+    model_inputs, layout, rows = _canonical_rows(batch)
+    widths = []
+    head = student.get_base_model().lm_head
+    handle = head.register_forward_hook(lambda m, i, o: widths.append(i[0].shape[1]))
+    try:
+        got = Teacher("frozen", student).logits(student, model_inputs["input_ids"], model_inputs["attention_mask"],
+                                                layout)
+    finally:
+        handle.remove()
+    t = int(batch["target_length"].max())
+    assert widths and widths[0] < model_inputs["input_ids"].shape[1] and widths[0] >= t
+    with torch.no_grad(), student.disable_adapter():
+        full = student(input_ids=model_inputs["input_ids"][rows], attention_mask=model_inputs["attention_mask"][rows]).logits
+    assert torch.allclose(got, _expected_rows(full, batch, layout, rows), atol=1e-6)
+
+    class CountOnly(torch.nn.Module):  # takes logits_to_keep but does not slice by positions: full logits back
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, logits_to_keep=0):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask)
+
+    base = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST)
+    with pytest.warns(UserWarning, match="second model"):
+        teacher = Teacher("frozen", CountOnly(base))
+    got = teacher.logits(CountOnly(base), model_inputs["input_ids"], model_inputs["attention_mask"], layout)
+    with torch.no_grad():
+        full = base(input_ids=model_inputs["input_ids"][rows], attention_mask=model_inputs["attention_mask"][rows]).logits
+    assert torch.allclose(got, _expected_rows(full, batch, layout, rows), atol=1e-6)
