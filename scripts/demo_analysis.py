@@ -165,7 +165,7 @@ def _ordered_metrics(values: dict[str, np.ndarray]) -> list[str]:
 
 def headline_tables(results: dict[str, dict[str, ArmSet]], baseline: str, steps: int, seed: int) -> str:
     """Markdown: means [95% CI] of every metric for every arm, then paired tests of each arm vs ``baseline``."""
-    from sago_train.functional import stats
+    from sago_train.functional import multiplicity, stats
 
     arms = list(results)
     sets = list(results[arms[0]])
@@ -181,20 +181,28 @@ def headline_tables(results: dict[str, dict[str, ArmSet]], baseline: str, steps:
                 cells.append(f"{summ.mean:.3f} [{summ.ci_low:.3f}, {summ.ci_high:.3f}]")
             lines.append(f"| {s} | {_label(metric)[0]} | " + " | ".join(cells) + " |")
     others = [a for a in arms if a != baseline]
-    lines += ["", f"Paired tests against `{baseline}` on the same groups: Δ = arm − {baseline} [95% paired-bootstrap "
-              "CI], p = one-sided Wilcoxon signed-rank (instabilities and between-group dispersion: that the arm "
-              "is lower; accuracy: that it is higher).", ""]
-    lines += ["| set | metric | " + " | ".join(others) + " |", "|---|---|" + "---:|" * len(others)]
+    tests = {}
     for s in sets:
         base = results[baseline][s]
         for metric in _ordered_metrics(base.values):
-            label, alternative = _label(metric)
+            for arm in others:
+                tests[(s, metric, arm)] = stats.paired_comparison(base.values[metric], results[arm][s].values[metric],
+                                                                  alternative=_label(metric)[1])
+    # One family: every test of the table, so a claim read off any cell keeps its family-wise error rate.
+    holm_p = dict(zip(tests, multiplicity.holm([r.p_value for r in tests.values()])))
+    lines += ["", f"Paired tests against `{baseline}` on the same groups: Δ = arm − {baseline} [95% paired-bootstrap "
+              "CI], p = one-sided Wilcoxon signed-rank (instabilities and between-group dispersion: that the arm "
+              f"is lower; accuracy: that it is higher), Holm = adjusted over all {len(tests)} tests of this table "
+              "(a claim needs Holm < 0.05).", ""]
+    lines += ["| set | metric | " + " | ".join(others) + " |", "|---|---|" + "---:|" * len(others)]
+    for s in sets:
+        for metric in _ordered_metrics(results[baseline][s].values):
             cells = []
             for arm in others:
-                res = stats.paired_comparison(base.values[metric], results[arm][s].values[metric],
-                                              alternative=alternative)
-                cells.append(f"{res.mean_diff:+.3f} [{res.ci_low:+.3f}, {res.ci_high:+.3f}] p={res.p_value:.2g}")
-            lines.append(f"| {s} | {label} | " + " | ".join(cells) + " |")
+                res = tests[(s, metric, arm)]
+                cells.append(f"{res.mean_diff:+.3f} [{res.ci_low:+.3f}, {res.ci_high:+.3f}] p={res.p_value:.2g} "
+                             f"Holm={holm_p[(s, metric, arm)]:.2g}")
+            lines.append(f"| {s} | {_label(metric)[0]} | " + " | ".join(cells) + " |")
     source = {results[a][s].rel_source for a in arms for s in sets}
     lines += ["", f"activation_rel: {', '.join(sorted(source))}; n = {len(results[arms[0]][sets[0]].ids)} groups "
               "per set."]

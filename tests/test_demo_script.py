@@ -86,9 +86,18 @@ def test_headline_tables_cover_every_arm_with_paired_tests():
     rel_row = [line for line in text.splitlines() if line.startswith("| s | activation_rel |")][-1]  # paired
     better, same = rel_row.split(" | ")[2:4]
     # 12 groups all lower by about 0.5: the exact one-sided Wilcoxon p is 1/2^12.
-    assert better.startswith("-0.5") and better.endswith("p=0.00024")
-    assert float(same.split("p=")[1].rstrip(" |")) > 0.001
+    assert better.startswith("-0.5") and better.split(" Holm=")[0].endswith("p=0.00024")
+    assert float(same.split("p=")[1].split(" Holm=")[0]) > 0.001
     assert "accuracy, kind other" in text
+    # Holm over every test of the paired table, against a plain step-down computed here from the printed p's.
+    paired = text.split("Paired tests")[1]
+    cells = [c for line in paired.splitlines() if line.startswith("| s |") for c in line.split(" | ")[2:]]
+    pairs = [(float(c.split("p=")[1].split(" Holm=")[0]), float(c.split("Holm=")[1].rstrip(" |"))) for c in cells]
+    assert len(pairs) == 7 * 2 and f"all {len(pairs)} tests" in paired
+    ps = sorted(p for p, _ in pairs)
+    for p, got in pairs:
+        want = min(1.0, max(min(1.0, (len(ps) - r) * q) for r, q in enumerate(ps) if q <= p))
+        assert got == pytest.approx(want, rel=0.06)  # both printed to 2 significant digits
 
 
 ROOT = SCRIPTS.parent
