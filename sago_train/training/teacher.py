@@ -40,6 +40,26 @@ def _takes_logits_to_keep(model: nn.Module) -> bool:
         return False
 
 
+def check_sharding(kind: str, model: nn.Module, *, fsdp: bool, zero3: bool) -> None:
+    """Refuse the teachers that would be silently wrong when parameters are sharded after the trainer is built:
+    an EMA teacher holds the parameters as they were before FSDP / ZeRO-3 replaced them (it would average weights
+    that no longer train), and a frozen copy of a full model would copy ZeRO-3's empty placeholders.
+
+    Example:
+        >>> import torch
+        >>> check_sharding("self", torch.nn.Linear(2, 2), fsdp=True, zero3=False)  # nothing to refuse
+    """
+    if not (fsdp or zero3):
+        return
+    where = "FSDP" if fsdp else "DeepSpeed ZeRO-3"
+    if kind == "ema" or (kind == "frozen" and not _is_peft(model)):
+        what = "an EMA teacher" if kind == "ema" else "a frozen copy of a full model"
+        raise SagoInputError(
+            f"teacher={kind!r} is not supported under {where}: {what} is built before the parameters are sharded "
+            "and would not follow them", key="teacher",
+            hint="use teacher='self' (no extra state), teacher='frozen' with a PEFT adapter, or DDP / ZeRO-2")
+
+
 class Teacher:
     """The teacher of the consistency mode, for one (unwrapped) model.
 

@@ -32,7 +32,7 @@ from .collator import DRAWN_KEY, ITEM_COLUMNS, PENDING_KEY, VariantGroupCollator
 from .fresh import configure_collator
 from .loss import StabilityConfig, StabilityLoss, split_batch
 from .resume import ConsistencyStateCallback, has_state, restore
-from .teacher import EmaTeacherCallback, Teacher
+from .teacher import EmaTeacherCallback, Teacher, check_sharding
 
 
 class _CanonicalOnlyLabels:
@@ -114,6 +114,8 @@ class StabilityTrainerMixin:
         # Built now, as training starts from this model: the frozen copy or the EMA's first value.
         self._sago_teacher = None
         if stability_config.mode == "consistency":
+            zero3 = getattr(getattr(self.accelerator.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
+            check_sharding(stability_config.teacher, self.model, fsdp=self.is_fsdp_enabled, zero3=zero3)
             self._sago_teacher = Teacher(stability_config.teacher, self.model, stability_config.ema_decay)
             if stability_config.teacher == "ema":
                 self.add_callback(EmaTeacherCallback(self._sago_teacher))

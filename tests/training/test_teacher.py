@@ -155,3 +155,17 @@ def test_the_teachers_lm_head_runs_only_where_a_response_token_is_predicted(tok)
     with torch.no_grad():
         full = base(input_ids=model_inputs["input_ids"][rows], attention_mask=model_inputs["attention_mask"][rows]).logits
     assert torch.allclose(got, _expected_rows(full, batch, layout, rows), atol=1e-6)
+
+
+@pytest.mark.parametrize("fsdp,zero3", [(True, False), (False, True)])
+def test_teachers_that_would_not_follow_sharded_parameters_are_refused(fsdp, zero3):
+    from sago_train.training.teacher import check_sharding
+
+    lora, full = _lora(), make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST)
+    with pytest.raises(SagoInputError, match="teacher='ema' is not supported under (FSDP|DeepSpeed ZeRO-3)"):
+        check_sharding("ema", lora, fsdp=fsdp, zero3=zero3)
+    with pytest.raises(SagoInputError, match="frozen copy of a full model"):
+        check_sharding("frozen", full, fsdp=fsdp, zero3=zero3)
+    check_sharding("frozen", lora, fsdp=fsdp, zero3=zero3)  # the adapter switched off: nothing copied
+    check_sharding("self", full, fsdp=fsdp, zero3=zero3)
+    check_sharding("ema", lora, fsdp=False, zero3=False)  # DDP / one process
