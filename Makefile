@@ -114,12 +114,15 @@ study: $(STAMP)
 # The loss experiment (docs/loss-experiment.md): six training arms (canonical, augmentation on fixed or fresh
 # perturbations, self-distillation with KL or JS, the default relative loss) x SEEDS x leave-one-kind-out rotations,
 # evaluated on held-out facts and kinds; per-group records and the summary under runs/experiment-loss/$(MODEL)/.
-# A rerun resumes. One thread per process: on a shared 2-core machine OpenMP threads oversubscribe (4x slower).
+# A rerun resumes. SHARDS processes of one thread each (2 for 2 cores: half the wall time of one; OpenMP threads
+# beyond the cores oversubscribe, 4x slower), their records merged.
 MODEL ?= tiny
 SEEDS ?= 0,1,2,3,4
+SHARDS ?= 2
 experiment-loss: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
-		$(PY) scripts/experiment_loss.py --model $(MODEL) --seeds $(SEEDS) --out runs/experiment-loss/$(MODEL)
+		$(PY) scripts/experiment_loss.py --model $(MODEL) --seeds $(SEEDS) --shards $(SHARDS) \
+		--out runs/experiment-loss/$(MODEL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts docs/_ext

@@ -32,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 KINDS = ("typo", "casing", "whitespace")
 BASELINE = "augment-fresh"
+#: Held-out groups per held-out fact, per model (``--draws``): 52 x 4 = 208 groups a set on the tiny model; 90 x 1
+#: on SmolLM2, whose evaluation of a set takes about 40 s per run on one core.
+DRAWS = {"tiny": 4, "smollm2": 1}
 #: The consistency term's weight, fixed before running (no tuning on any set): the task loss and the KL are
 #: both per-token means in nats, so 1.0 weighs them alike.
 CONSISTENCY_WEIGHT = 1.0
@@ -139,7 +142,7 @@ def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, dict[str,
     from sago_train.cli.main import main as cli
 
     records = out / "records.jsonl"
-    if ("base", -1, "all") in done_runs(records):
+    if ("base", -1, "all") in recorded(args, out):
         return 0
     recipe = yaml.safe_load((ROOT / "recipes" / f"experiment-loss-{args.model}.yaml").read_text())
     opts = recipe["monitor"]["options"]
@@ -168,12 +171,17 @@ def done_runs(records: Path) -> set[tuple[str, int, str]]:
     return {(r["arm"], r["seed"], r["run"]) for r in map(json.loads, records.read_text().splitlines()) if r}
 
 
+def recorded(args: argparse.Namespace, out: Path) -> set[tuple[str, int, str]]:
+    """The runs already recorded in ``out`` (and, for a shard, in its parent's records)."""
+    return done_runs(out / "records.jsonl") | (done_runs(Path(args.also_done)) if args.also_done else set())
+
+
 def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]]) -> int:
     from sago_train.cli.main import main as cli
 
     base = ROOT / "recipes" / f"experiment-loss-{args.model}.yaml"
     records, timings = out / "records.jsonl", out / "timings.jsonl"
-    done = done_runs(records)
+    done = recorded(args, out)
     kinds = list(sets)
     jobs = [(seed, arm, rot) for seed in args.seeds for arm in args.arms
             for rot in (["all"] if arm in ROTATION_FREE else kinds)]
@@ -220,13 +228,59 @@ def publish(out: Path, dest: Path) -> None:
     (dest / "records.jsonl.gz").write_bytes(gzip.compress((out / "records.jsonl").read_bytes(), mtime=0))
 
 
+def _keyed_lines(path: Path) -> list[tuple[tuple[str, int, str], str]]:
+    if not path.exists():
+        return []
+    return [((r["arm"], r["seed"], r["run"]), line) for line in path.read_text().splitlines() if line.strip()
+            for r in [json.loads(line)]]
+
+
+def run_shards(args: argparse.Namespace, out: Path) -> int:
+    """Run the experiment in ``args.shards`` processes (``--shard i/N`` each, one thread unless OMP_NUM_THREADS
+    says otherwise, output under ``out/shard-i``), then merge their records and timings into ``out``: the runs
+    ``out`` already had, then the shards' new ones, each (arm, seed, run) once."""
+    import subprocess
+
+    common = ["--model", args.model, "--seeds", ",".join(map(str, args.seeds)), "--arms", ",".join(args.arms),
+              "--kinds", args.kinds, "--draws", str(args.draws), "--data-seed", str(args.data_seed),
+              "--also-done", str(out / "records.jsonl"), "--no-summary"]
+    for flag, value in (("--steps", args.steps), ("--max-train", args.max_train), ("--max-groups", args.max_groups)):
+        if value is not None:
+            common += [flag, str(value)]
+    common += ["--no-base"] * args.no_base + ["--keep-runs"] * args.keep_runs
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    procs = []
+    for i in range(args.shards):
+        log = (out / f"shard-{i}.log").open("a")
+        procs.append((subprocess.Popen([sys.executable, __file__, *common, "--shard", f"{i}/{args.shards}",
+                                        "--out", str(out / f"shard-{i}")], env=env, stdout=log,
+                                       stderr=subprocess.STDOUT), log))
+        print(f"shard {i}/{args.shards}: pid {procs[-1][0].pid}, log {out / f'shard-{i}.log'}", flush=True)
+    codes = [proc.wait() for proc, _ in procs]
+    for _, log in procs:
+        log.close()
+    for name in ("records.jsonl", "timings.jsonl"):
+        lines = _keyed_lines(out / name)
+        have = {key for key, _ in lines}
+        for i in range(args.shards):
+            lines += [(key, line) for key, line in _keyed_lines(out / f"shard-{i}" / name) if key not in have]
+        (out / name).write_text("".join(line + "\n" for _, line in lines))
+    failed = [i for i, code in enumerate(codes) if code]
+    if failed:
+        print(f"shard(s) {failed} failed (see their logs); the finished runs are merged, a rerun resumes", flush=True)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="training seeds, shared by every arm (comma-separated)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
     ap.add_argument("--kinds", default=",".join(KINDS), help="perturbation kinds (generator names), rotated")
-    ap.add_argument("--draws", type=int, default=4, help="held-out groups per held-out fact (own perturbation draws)")
+    ap.add_argument("--draws", type=int, default=None,
+                    help="held-out groups per held-out fact (own perturbation draws); default 4 for tiny (208 groups "
+                         "a set), 1 for smollm2 (90 groups a set: its evaluation is about 40 s a set and run)")
     ap.add_argument("--data-seed", type=int, default=0, help="seed of the fact split and the perturbation draws")
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps")
     ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
@@ -235,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only every N-th (seed, arm, rotation) from the I-th (0-based), e.g. two processes on "
                          "two cores with 0/2 and 1/2 and their own --out; their records.jsonl and timings.jsonl "
                          "concatenated are the experiment's (the untrained model is evaluated by shard 0)")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="run in N processes at once (one thread each: on 2 cores, --shards 2 halves the wall time) "
+                         "and merge their records")
+    ap.add_argument("--also-done", default=None, help=argparse.SUPPRESS)  # a shard: runs its parent has recorded
+    ap.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)  # a shard: the parent summarizes
     ap.add_argument("--out", default=None, help="default runs/experiment-loss/<model>")
     ap.add_argument("--no-base", action="store_true", help="skip the untrained model's reference evaluation")
     ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder (adapter, SAGO history)")
@@ -244,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                          "benchmarks/results/experiment-loss/<model>/)")
     args = ap.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.draws is None:
+        args.draws = DRAWS[args.model]
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     try:
         shard, shards = (int(x) for x in args.shard.split("/"))
@@ -259,12 +320,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or f"runs/experiment-loss/{args.model}")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    if not args.summary_only:
+    if args.shards < 1 or (args.shards > 1 and args.shard != (0, 1)):
+        raise SystemExit("--shards N needs N >= 1, and runs the --shard i/N processes itself")
+    if args.shards > 1 and not args.summary_only:
+        code = run_shards(args, out)
+        if code:
+            return code
+    elif not args.summary_only:
         kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
         sets = build_sets(args.model, out, kinds, args.draws, args.data_seed, args.max_train, args.max_groups)
         code = run_all(args, out, sets) or (0 if args.no_base or shard else evaluate_base(args, out, sets))
         if code:
             return code
+    if args.no_summary:
+        return 0
     from experiment_loss_summary import write_summary
 
     text = write_summary(out / "records.jsonl", out, baseline=BASELINE, timings=out / "timings.jsonl")

@@ -140,7 +140,7 @@ def test_arms_share_everything_but_the_stability_section():
         experiment_loss.arm_overrides("nope", [])
 
 
-@pytest.mark.slow  # 9-40 s measured on 2 shared cores (8 tiny training runs, their evaluations and the base model's)
+@pytest.mark.slow  # 20-80 s on 2 shared cores (twice: 6 tiny training runs, their evaluations and the base model's)
 def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     code = experiment_loss.main(["--seeds", "0,1", "--arms", "canonical,augment-fresh", "--kinds", "typo,whitespace",
@@ -166,6 +166,16 @@ def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
                                  "--draws", "1", "--max-train", "8", "--max-groups", "6", "--steps", "2",
                                  "--out", str(tmp_path)]) == 0
     assert (tmp_path / "records.jsonl").read_text() == before
+    # Two processes (--shards 2) record the same runs with the same values, merged into one file; a rerun resumes.
+    sharded = tmp_path / "sharded"
+    args = ["--seeds", "0,1", "--arms", "canonical,augment-fresh", "--kinds", "typo,whitespace", "--draws", "1",
+            "--max-train", "8", "--max-groups", "6", "--steps", "2", "--shards", "2", "--out", str(sharded)]
+    assert experiment_loss.main(args) == 0
+    merged = (sharded / "records.jsonl").read_text()
+    assert sorted(merged.splitlines()) == sorted(before.splitlines())
+    assert {json.loads(x)["run"] for x in (sharded / "shard-1" / "records.jsonl").read_text().splitlines()}
+    assert len((sharded / "timings.jsonl").read_text().splitlines()) == 1 + 2 * 3  # base + 2 seeds x 3 runs
+    assert experiment_loss.main(args) == 0 and (sharded / "records.jsonl").read_text() == merged
 
 
 def test_real_facts_ask_the_plain_question():
