@@ -225,7 +225,11 @@ def publish(out: Path, dest: Path) -> None:
         if (out / name).exists():
             shutil.copyfile(out / name, dest / name)
     # mtime=0: the same records give the same bytes, so a re-publish does not show as a change.
-    (dest / "records.jsonl.gz").write_bytes(gzip.compress((out / "records.jsonl").read_bytes(), mtime=0))
+    records = out / "records.jsonl"
+    if records.exists():
+        (dest / "records.jsonl.gz").write_bytes(gzip.compress(records.read_bytes(), mtime=0))
+    elif (out / "records.jsonl.gz").exists() and (out / "records.jsonl.gz").resolve() != (dest / "records.jsonl.gz").resolve():
+        shutil.copyfile(out / "records.jsonl.gz", dest / "records.jsonl.gz")  # summarized from the committed copy
 
 
 def _keyed_lines(path: Path) -> list[tuple[tuple[str, int, str], str]]:

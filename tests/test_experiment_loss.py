@@ -120,6 +120,19 @@ def test_summary_statistics_match_plain_references():
     assert res["canonical"]["better"]["non_inferior"] and res["canonical"]["better"]["diff"] == 0.0
 
 
+def test_the_glance_table_restates_the_summary():
+    summary = summ.summarize(_fabricated(), "augment-fresh")
+    rows = summ.glance(summary)
+    assert rows[0].startswith("| arm (vs `augment-fresh`) |") and len(rows) == 2 + 2
+    better = next(r for r in rows if r.startswith("| better |")).split(" | ")
+    t = summary["sets"]["kinds"]["tests"]["better"]
+    assert better[3] == f"{t['confidence']['diff']:+.3f} ({t['confidence']['p_holm']:.2g})"
+    c = summary["sets"]["kinds"]["canonical"]["better"]
+    assert better[4] == f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+    assert better[5] == f"`{t['accuracy']['signs']}` |"
+    assert summ.markdown(summary).startswith("### At a glance: held-out kinds")
+
+
 def test_non_inferiority_fails_when_canonical_accuracy_drops():
     rows = _fabricated(shift=0.0)
     for r in rows:
