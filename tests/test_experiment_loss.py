@@ -236,3 +236,15 @@ def test_a_claim_against_the_baseline_holds_its_error_rate_under_run_to_run_vari
     bound = 0.05 + 2 * (0.05 * 0.95 / runs) ** 0.5
     assert claimed[0.0] / runs <= bound and claimed[0.03] / runs <= bound, claimed
     assert group_only / runs > 0.2, group_only
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_the_docs_paste_the_committed_summaries(model):
+    """docs/loss-experiment.md quotes what the code computed: every table row of the committed summary.md."""
+    root = SCRIPTS.parent
+    summary = (root / "benchmarks" / "results" / "experiment-loss" / model / "summary.md").read_text()
+    docs = (root / "docs" / "loss-experiment.md").read_text()
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| arm")]
+    assert rows
+    missing = [r for r in rows if r not in docs]
+    assert not missing, f"{len(missing)} rows of {model}'s summary.md are not in the docs, e.g. {missing[0]}"
