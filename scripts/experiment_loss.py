@@ -263,17 +263,31 @@ def run_shards(args: argparse.Namespace, out: Path) -> int:
     codes = [proc.wait() for proc, _ in procs]
     for _, log in procs:
         log.close()
-    for name in ("records.jsonl", "timings.jsonl"):
-        lines = _keyed_lines(out / name)
-        have = {key for key, _ in lines}
-        for i in range(args.shards):
-            lines += [(key, line) for key, line in _keyed_lines(out / f"shard-{i}" / name) if key not in have]
-        (out / name).write_text("".join(line + "\n" for _, line in lines))
+    merge_shards(out, args.shards)
     failed = [i for i, code in enumerate(codes) if code]
     if failed:
         print(f"shard(s) {failed} failed (see their logs); the finished runs are merged, a rerun resumes", flush=True)
         return 1
     return 0
+
+
+def merge_shards(out: Path, shards: int) -> None:
+    """Append the shards' runs to ``out``'s records and timings (the runs ``out`` has first; each (arm, seed, run)
+    once, whichever shard recorded it), then empty the shards' files: ``out`` is the one record of what ran, so a
+    run deleted from it runs again."""
+    for name in ("records.jsonl", "timings.jsonl"):
+        lines = _keyed_lines(out / name)
+        have = {key for key, _ in lines}
+        for i in range(shards):
+            new = [(key, line) for key, line in _keyed_lines(out / f"shard-{i}" / name) if key not in have]
+            have |= {key for key, _ in new}
+            lines += new
+        tmp = out / f".{name}.tmp"
+        tmp.write_text("".join(line + "\n" for _, line in lines))
+        tmp.replace(out / name)  # all or nothing: an interrupted merge leaves the old file
+    for i in range(shards):
+        for name in ("records.jsonl", "timings.jsonl"):
+            (out / f"shard-{i}" / name).unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -186,9 +186,27 @@ def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     assert experiment_loss.main(args) == 0
     merged = (sharded / "records.jsonl").read_text()
     assert sorted(merged.splitlines()) == sorted(before.splitlines())
-    assert {json.loads(x)["run"] for x in (sharded / "shard-1" / "records.jsonl").read_text().splitlines()}
+    assert not (sharded / "shard-1" / "records.jsonl").exists()  # merged into the experiment's own, then emptied
     assert len((sharded / "timings.jsonl").read_text().splitlines()) == 1 + 2 * 3  # base + 2 seeds x 3 runs
     assert experiment_loss.main(args) == 0 and (sharded / "records.jsonl").read_text() == merged
+
+
+def test_merging_shards_keeps_each_run_once(tmp_path):
+    def write(path, runs):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"arm": a, "seed": s, "run": r, "v": v}) + "\n" for a, s, r, v in runs))
+
+    write(tmp_path / "records.jsonl", [("augment-fresh", 0, "typo", "parent")])
+    # Overlapping shards (e.g. SHARDS changed after an interrupted merge): one copy of each run, the first seen.
+    write(tmp_path / "shard-0" / "records.jsonl", [("augment-fresh", 0, "typo", "s0"), ("canonical", 0, "all", "s0")])
+    write(tmp_path / "shard-1" / "records.jsonl", [("canonical", 0, "all", "s1"), ("canonical", 1, "all", "s1")])
+    experiment_loss.merge_shards(tmp_path, 2)
+    rows = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [(r["arm"], r["seed"], r["v"]) for r in rows] == [("augment-fresh", 0, "parent"), ("canonical", 0, "s0"),
+                                                              ("canonical", 1, "s1")]
+    assert not list(tmp_path.glob("shard-*/records.jsonl"))
+    experiment_loss.merge_shards(tmp_path, 2)  # nothing new: unchanged
+    assert [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()] == rows
 
 
 def test_real_facts_ask_the_plain_question():

@@ -1,10 +1,10 @@
 """The consistency mode's state in checkpoints: what a resumed run needs besides the model and the optimizer.
 
 Two pieces of it live outside the model: an EMA teacher's averaged parameters (``Teacher.shadow``) and the fresh
-drawer's per-group draw counts (``FreshVariants.draws``, which make each epoch's variants new). Without them a
+drawer's per-group draw counts (``FreshVariants.consumed``, which make each epoch's variants new). Without them a
 resumed run would restart the average from the current weights and repeat the first epoch's draws. They are
-saved beside each checkpoint, one file per process (each process counts the draws of the groups it collated),
-and loaded by the trainer before ``Trainer.train`` resumes.
+saved beside each checkpoint: the average once (process 0; every process holds the same one), the draw counts
+per process (each counts the groups it collated). The trainer loads them before ``Trainer.train`` resumes.
 """
 
 from __future__ import annotations
@@ -20,13 +20,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..errors import SagoInputError
 
 STATE_FILE = "sago_consistency_state-rank{rank}.pt"
-
-
-def _state(teacher: Any, drawer: Any) -> dict[str, Any]:
-    return {
-        "shadow": [s.detach().cpu().clone() for s in teacher.shadow] if teacher is not None and teacher.shadow else None,
-        "draws": dict(drawer.consumed) if drawer is not None else None,
-    }
+TEACHER_FILE = "sago_ema_teacher.pt"
 
 
 def has_state(teacher: Any, drawer: Any) -> bool:
@@ -35,8 +29,8 @@ def has_state(teacher: Any, drawer: Any) -> bool:
 
 
 class ConsistencyStateCallback(TrainerCallback):
-    """Writes the EMA teacher's average and the fresh draw counts into each checkpoint directory (``on_save``, after
-    the Trainer wrote it). ``teacher`` or ``drawer`` may be None."""
+    """Writes the EMA teacher's average (process 0) and this process's fresh draw counts into each checkpoint
+    directory (``on_save``, after the Trainer wrote it). ``teacher`` or ``drawer`` may be None."""
 
     def __init__(self, teacher: Any, drawer: Any) -> None:
         self.teacher = teacher
@@ -45,39 +39,57 @@ class ConsistencyStateCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         folder.mkdir(parents=True, exist_ok=True)
-        torch.save(_state(self.teacher, self.drawer), folder / STATE_FILE.format(rank=args.process_index))
+        if self.drawer is not None:
+            torch.save({"draws": dict(self.drawer.consumed)}, folder / STATE_FILE.format(rank=args.process_index))
+        if self.teacher is not None and self.teacher.shadow and args.process_index == 0:
+            torch.save({"shadow": [s.detach().cpu().clone() for s in self.teacher.shadow]}, folder / TEACHER_FILE)
+
+
+def _missing(checkpoint: str | Path, name: str, what: str) -> None:
+    warnings.warn(f"{checkpoint}: no {name} (a checkpoint written without it, e.g. by an earlier version or with "
+                  f"another stability setting), so {what}", stacklevel=5)
 
 
 def load_state(checkpoint: str | Path, teacher: Any, drawer: Any, rank: int) -> bool:
-    """Restore what :class:`ConsistencyStateCallback` saved in ``checkpoint``; False (with a warning) when the
-    checkpoint has no such file (written without the consistency mode's state, e.g. by an earlier version)."""
-    path = Path(checkpoint) / STATE_FILE.format(rank=rank)
-    if not path.is_file():
-        warnings.warn(f"{checkpoint}: no {path.name}, so the EMA teacher restarts from the checkpoint's weights and "
-                      "fresh variants from their first draw", stacklevel=3)
-        return False
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    """Restore what :class:`ConsistencyStateCallback` saved in ``checkpoint``; False (with a warning) for each
+    piece the checkpoint lacks."""
+    ok = True
     if teacher is not None and teacher.shadow:
-        shadow = saved.get("shadow")
-        shapes = [tuple(s.shape) for s in teacher.shadow]
-        if shadow is None or [tuple(s.shape) for s in shadow] != shapes:
-            got = None if shadow is None else len(shadow)
-            raise SagoInputError(
-                f"{path}: the saved EMA teacher does not fit this model ({got} tensors saved, {len(shapes)} "
-                "trainable parameters expected, or their shapes differ)",
-                key="teacher", hint="resume with the model and adapter configuration the checkpoint was trained with")
-        with torch.no_grad():
-            for s, v in zip(teacher.shadow, shadow):
-                s.copy_(v.to(device=s.device, dtype=s.dtype))
-    if drawer is not None and saved.get("draws") is not None:
-        drawer.restore(saved["draws"])
-    return True
+        path = Path(checkpoint) / TEACHER_FILE
+        if not path.is_file():
+            _missing(checkpoint, path.name, "the EMA teacher restarts from the checkpoint's weights")
+            ok = False
+        else:
+            shadow = torch.load(path, map_location="cpu", weights_only=True)["shadow"]
+            want = [tuple(s.shape) for s in teacher.shadow]
+            got = [tuple(s.shape) for s in shadow]
+            if got != want:
+                i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                raise SagoInputError(
+                    f"{path}: the saved EMA teacher does not fit this model: {len(got)} tensors saved for "
+                    f"{len(want)} trainable parameters; the first difference is at tensor {i} (saved "
+                    f"{got[i] if i < len(got) else 'none'}, expected {want[i] if i < len(want) else 'none'})",
+                    key="teacher", hint="resume with the model, adapter and trainable parameters the checkpoint "
+                                        "was trained with")
+            with torch.no_grad():
+                for s, v in zip(teacher.shadow, shadow):
+                    s.copy_(v.to(device=s.device, dtype=s.dtype))
+    if drawer is not None:
+        path = Path(checkpoint) / STATE_FILE.format(rank=rank)
+        if not path.is_file():
+            _missing(checkpoint, path.name, "fresh variants start again from their first draw")
+            ok = False
+        else:
+            drawer.restore(torch.load(path, map_location="cpu", weights_only=True)["draws"])
+    return ok
 
 
-def restore(resume_from_checkpoint: str | bool, args: Any, teacher: Any, drawer: Any) -> None:
+def restore(resume_from_checkpoint: str | bool, args: Any, teacher: Any, drawer: Any,
+            dataset: Any = None) -> None:
     """Before ``Trainer.train(resume_from_checkpoint)``: load this process's saved state, if the run has any
     (``True`` means the last checkpoint in ``args.output_dir``, as for the Trainer; none found is the Trainer's
-    error to raise)."""
+    error to raise). Where the draws cannot continue exactly (dataloader workers count on copies of the drawer; an
+    iterable dataset's skipped batches are collated again), it says so."""
     if not has_state(teacher, drawer):
         return
     checkpoint = resume_from_checkpoint
@@ -85,5 +97,16 @@ def restore(resume_from_checkpoint: str | bool, args: Any, teacher: Any, drawer:
         from transformers.trainer_utils import get_last_checkpoint
 
         checkpoint = get_last_checkpoint(args.output_dir)
-    if checkpoint:
-        load_state(checkpoint, teacher, drawer, args.process_index)
+    if not checkpoint:
+        return
+    load_state(checkpoint, teacher, drawer, args.process_index)
+    if drawer is not None:
+        from torch.utils.data import IterableDataset
+
+        why = ("dataloader_num_workers > 0 (each worker draws on its own copy of the counts)"
+               if getattr(args, "dataloader_num_workers", 0) else
+               "an iterable dataset (the batches skipped on resume are collated again, and count)"
+               if isinstance(dataset, IterableDataset) else None)
+        if why:
+            warnings.warn(f"resuming with fresh variants and {why}: the variants drawn from here differ from an "
+                          "uninterrupted run's (still seeded and new each epoch)", stacklevel=3)

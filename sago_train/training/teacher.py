@@ -99,11 +99,20 @@ class Teacher:
     @torch.no_grad()
     def update(self) -> None:
         """``shadow = decay * shadow + (1 - decay) * param`` (after an optimizer step; EMA only)."""
+        self._follow_device()
         for s, p in zip(self.shadow, self.params):
             s.lerp_(p.detach().to(s.dtype), 1.0 - self.decay)
 
+    def _follow_device(self) -> None:
+        # DeepSpeed (and bf16_full_eval) place the model on its device after the trainer is built, so the average
+        # or the frozen copy made at construction can be on the CPU while the parameters are not.
+        for i, (s, p) in enumerate(zip(self.shadow, self.params)):
+            if s.device != p.device:
+                self.shadow[i] = s.to(p.device)
+
     @torch.no_grad()
     def _swap(self) -> None:
+        self._follow_device()
         for s, p in zip(self.shadow, self.params):
             tmp = p.detach().clone()  # one parameter at a time: no second copy of all of them
             p.data.copy_(s)
@@ -115,6 +124,9 @@ class Teacher:
         if self.kind == "self":
             yield model
         elif self.kind == "frozen" and self.copy is not None:
+            device = next(model.parameters()).device
+            if next(self.copy.parameters()).device != device:
+                self.copy.to(device)
             yield self.copy
         elif self.kind == "frozen":
             with model.disable_adapter():  # type: ignore[operator]
@@ -141,13 +153,18 @@ class Teacher:
             # The LM head only where a response token is predicted: over a long prompt's positions its [V]-wide
             # projection is most of the teacher's extra cost (the frozen / EMA teacher's own forward).
             keep = torch.unique(pos) if _takes_logits_to_keep(teacher) else None
-            extra = {} if keep is None else {"logits_to_keep": keep}
-            out = teacher(input_ids=input_ids[rows], attention_mask=mask, **extra)
-        logits = out.logits if hasattr(out, "logits") else out[0]
-        if keep is not None and logits.shape[1] != keep.numel():  # a model that read it as a count: full logits
-            with self.active(model) as teacher:
+            out = None
+            if keep is not None:
+                try:
+                    out = teacher(input_ids=input_ids[rows], attention_mask=mask, logits_to_keep=keep)
+                except (TypeError, IndexError, RuntimeError):  # a forward that takes only a count of last positions
+                    out = None
+                logits = None if out is None else (out.logits if hasattr(out, "logits") else out[0])
+                if logits is None or logits.dim() != 3 or logits.shape[1] != keep.numel():
+                    out, keep = None, None  # not sliced by these positions: read the full logits instead
+            if out is None:
                 out = teacher(input_ids=input_ids[rows], attention_mask=mask)
-            logits, keep = (out.logits if hasattr(out, "logits") else out[0]), None
+        logits = out.logits if hasattr(out, "logits") else out[0]
         if keep is not None:
             pos = torch.searchsorted(keep, pos)  # the kept positions' indices in the sliced logits
         return logits[torch.arange(g, device=logits.device)[:, None], pos]

@@ -129,7 +129,8 @@ class StabilityTrainerMixin:
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.train``; a resumed run also gets back the EMA teacher and the fresh draw counts."""
         if resume_from_checkpoint:
-            restore(resume_from_checkpoint, self.args, self._sago_teacher, getattr(self.data_collator, "fresh", None))
+            restore(resume_from_checkpoint, self.args, self._sago_teacher, getattr(self.data_collator, "fresh", None),
+                    self.train_dataset)
         return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
 
     # ------------------------------------------------------------------------------------------- data
