@@ -417,3 +417,16 @@ def test_recipe_numbers_at_the_edges_of_their_ranges_are_taken(override):
     recipe = load_recipe(DEMO, [override])
     got = recipe.training.get(name) if section == "training" else getattr(recipe.data, name)
     assert got == yaml.safe_load(value)
+
+
+def test_the_real_model_recipe_is_the_experiments_supported_configuration():
+    """recipes/smollm2-augment.yaml trains with `StabilityConfig()` (augmentation, no term: the loss experiment's
+    result) and monitors a set the model knew before training beside the held-out phrasings."""
+    from sago_train import StabilityConfig
+
+    recipe = load_recipe(RECIPES / "smollm2-augment.yaml")
+    assert recipe.stability == StabilityConfig()
+    assert StabilityConfig().act_weight == 0 and StabilityConfig().conf_weight == 0
+    assert StabilityConfig().task_loss_variants == "all"
+    assert {"paraphrase", "typo", "capitals"} <= set(recipe.monitor.sets)
+    assert recipe.model.path == "sago://smollm2-135m-instruct" and recipe.model.lora is not None
