@@ -150,3 +150,30 @@ def test_make_demo_real_runs_its_arms_on_a_reduced_setting(tmp_path, real_smollm
                        "--baseline", "augment", "--steps", "1", "--override",
                        "--monitor.eval_steps=1 --monitor.options.max_groups=3 --monitor.options.max_new_tokens=4")
     _check_arms(out, arms, steps=1)
+
+
+@pytest.mark.slow  # 300 tables: about 7 s
+def test_a_claim_read_off_the_demo_table_holds_its_family_wise_error_rate():
+    """Arms that do not differ from the baseline (seeded, through headline_tables): a cell with Holm < 0.05 turns up
+    in at most alpha + 2 SE of the simulated demos, while the raw p-values would claim something in most of them."""
+    rng = np.random.default_rng(0)
+    metrics = ("activation_rel", "activation", "between", "confidence")
+
+    def arm(level):
+        a = demo_analysis.ArmSet(ids=[f"g{i}" for i in range(24)], kinds=["canonical", "other"], rel_source="x")
+        for m in metrics:
+            a.values[m] = level[m] + rng.normal(0, 0.1, 24)
+        a.values["accuracy"] = (rng.random(24) < level["p"]).astype(float)
+        return {"s": a}
+
+    n, holm_hits, raw_hits = 300, 0, 0
+    for _ in range(n):
+        level = {m: rng.uniform(0.2, 0.8, 24) for m in (*metrics, "p")}
+        text = demo_analysis.headline_tables({name: arm(level) for name in ("augment", "a", "b", "c")}, "augment", 1, 0)
+        cells = [c for c in text.split("Paired tests")[1].split(" | ") if "Holm=" in c]
+        assert len(cells) == 5 * 3
+        holm_hits += min(float(c.split("Holm=")[1].split()[0]) for c in cells) < 0.05
+        raw_hits += min(float(c.split("p=")[1].split()[0]) for c in cells) < 0.05
+    se = (0.05 * 0.95 / n) ** 0.5
+    assert holm_hits / n <= 0.05 + 2 * se, holm_hits
+    assert raw_hits / n > 0.2, raw_hits  # the uncorrected table: the reason for the Holm column
