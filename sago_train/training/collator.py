@@ -162,7 +162,7 @@ class VariantGroupCollator:
             if self.fresh is not None:
                 has_id = isinstance(item, VariantGroup) or (isinstance(item, Mapping) and item.get("id") is not None)
                 drawn.append(self.fresh.key_of(group, has_id))
-                group = self.fresh(group, has_id)
+                group = self.fresh(group, has_id, key=drawn[-1])
             resolved.append((group, None if target is None else self.encode_target(target), i))
         k = resolved[0][0].k
         for group, _, i in resolved:

@@ -87,8 +87,9 @@ class FreshVariants:
         """The group's identity for the seed: its id when the item had one, and its canonical prompt."""
         return json.dumps([group.id if has_id else None, group.variants[group.canonical]], ensure_ascii=True)
 
-    def __call__(self, group: VariantGroup, has_id: bool = True) -> VariantGroup:
-        key = self.key_of(group, has_id)
+    def __call__(self, group: VariantGroup, has_id: bool = True, key: str | None = None) -> VariantGroup:
+        """The group with its fresh variants (``key``: :meth:`key_of`, when the caller has it already)."""
+        key = self.key_of(group, has_id) if key is None else key
         draw = self.draws.get(key, 0)
         self.draws[key] = draw + 1
         canonical = group.variants[group.canonical]

@@ -119,8 +119,9 @@ class StabilityTrainerMixin:
             self._sago_teacher = Teacher(stability_config.teacher, self.model, stability_config.ema_decay)
             if stability_config.teacher == "ema":
                 self.add_callback(EmaTeacherCallback(self._sago_teacher))
-        if has_state(self._sago_teacher, getattr(self.data_collator, "fresh", None)):
-            self.add_callback(ConsistencyStateCallback(self._sago_teacher, getattr(self.data_collator, "fresh", None)))
+        self._sago_drawer = getattr(self.data_collator, "fresh", None)  # fresh variants' drawer, or None
+        if has_state(self._sago_teacher, self._sago_drawer):
+            self.add_callback(ConsistencyStateCallback(self._sago_teacher, self._sago_drawer))
         # Resolves the layers against the model now, so an out-of-range layer fails at construction.
         self._sago_loss = StabilityLoss(stability_config, self.model)
         self._sago_train_sums: dict[str, torch.Tensor] = {}
@@ -129,8 +130,7 @@ class StabilityTrainerMixin:
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.train``; a resumed run also gets back the EMA teacher and the fresh draw counts."""
         if resume_from_checkpoint:
-            restore(resume_from_checkpoint, self.args, self._sago_teacher, getattr(self.data_collator, "fresh", None),
-                    self.train_dataset)
+            restore(resume_from_checkpoint, self.args, self._sago_teacher, self._sago_drawer, self.train_dataset)
         return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
 
     # ------------------------------------------------------------------------------------------- data
@@ -165,7 +165,7 @@ class StabilityTrainerMixin:
         """
         pending = inputs.pop(PENDING_KEY, None) if isinstance(inputs, dict) else None
         if isinstance(inputs, dict) and DRAWN_KEY in inputs:
-            self.data_collator.fresh.consume(inputs.pop(DRAWN_KEY))
+            self._sago_drawer.consume(inputs.pop(DRAWN_KEY))
         if pending is not None:
             inputs = self._sago_answer_unlabeled(model, pending)
         model_inputs, groups = split_batch(inputs)
