@@ -117,11 +117,11 @@ study: $(STAMP)
 # A rerun resumes. SHARDS processes of one thread each (2 for 2 cores: half the wall time of one; OpenMP threads
 # beyond the cores oversubscribe, 4x slower), their records merged.
 MODEL ?= tiny
-SEEDS ?= 0,1,2,3,4
+SEEDS ?=
 SHARDS ?= 2
 experiment-loss: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
-		$(PY) scripts/experiment_loss.py --model $(MODEL) --seeds $(SEEDS) --shards $(SHARDS) \
+		$(PY) scripts/experiment_loss.py --model $(MODEL) $(if $(SEEDS),--seeds $(SEEDS)) --shards $(SHARDS) \
 		--out runs/experiment-loss/$(MODEL)
 
 lint: $(STAMP)

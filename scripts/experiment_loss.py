@@ -35,6 +35,12 @@ BASELINE = "augment-fresh"
 #: Held-out groups per held-out fact, per model (``--draws``): 52 x 4 = 208 groups a set on the tiny model; 90 x 1
 #: on SmolLM2, whose evaluation of a set takes about 40 s per run on one core.
 DRAWS = {"tiny": 4, "smollm2": 1}
+#: Training seeds per model (``--seeds``): the issue asks for at least 5 on the tiny model and 3 on SmolLM2.
+SEEDS = {"tiny": "0,1,2,3,4", "smollm2": "0,1,2,3"}
+#: The fact split and perturbation draws per model (``--data-seed``). SmolLM2's is 1: a learning-rate pilot after
+#: its first run (data seed 0, docs/loss-experiment.md) looked at seed 0's held-out facts, so the run at the lower
+#: learning rate holds out other facts.
+DATA_SEEDS = {"tiny": 0, "smollm2": 1}
 #: The consistency term's weight, fixed before running (no tuning on any set): the task loss and the KL are
 #: both per-token means in nats, so 1.0 weighs them alike.
 CONSISTENCY_WEIGHT = 1.0
@@ -293,13 +299,15 @@ def merge_shards(out: Path, shards: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
-    ap.add_argument("--seeds", default="0,1,2,3,4", help="training seeds, shared by every arm (comma-separated)")
+    ap.add_argument("--seeds", default=None,
+                    help="training seeds, shared by every arm (comma-separated); default 0-4 for tiny, 0-3 for smollm2")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
     ap.add_argument("--kinds", default=",".join(KINDS), help="perturbation kinds (generator names), rotated")
     ap.add_argument("--draws", type=int, default=None,
                     help="held-out groups per held-out fact (own perturbation draws); default 4 for tiny (208 groups "
                          "a set), 1 for smollm2 (90 groups a set: its evaluation is about 40 s a set and run)")
-    ap.add_argument("--data-seed", type=int, default=0, help="seed of the fact split and the perturbation draws")
+    ap.add_argument("--data-seed", type=int, default=None,
+                    help="seed of the fact split and the perturbation draws; default 0 for tiny, 1 for smollm2")
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps")
     ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
     ap.add_argument("--max-groups", type=int, default=None, help="use only the first N held-out groups (tests)")
@@ -320,9 +328,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="also copy the summary, the timings and the gzipped records to DIR (what is committed under "
                          "benchmarks/results/experiment-loss/<model>/)")
     args = ap.parse_args(argv)
-    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.seeds = [int(s) for s in (args.seeds or SEEDS[args.model]).split(",") if s.strip()]
     if args.draws is None:
         args.draws = DRAWS[args.model]
+    if args.data_seed is None:
+        args.data_seed = DATA_SEEDS[args.model]
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     try:
         shard, shards = (int(x) for x in args.shard.split("/"))
