@@ -115,14 +115,17 @@ study: $(STAMP)
 # perturbations, self-distillation with KL or JS, the default relative loss) x SEEDS x leave-one-kind-out rotations,
 # evaluated on held-out facts and kinds; per-group records and the summary under runs/experiment-loss/$(MODEL)/.
 # A rerun resumes. SHARDS processes of one thread each (2 for 2 cores: half the wall time of one; OpenMP threads
-# beyond the cores oversubscribe, 4x slower), their records merged.
+# beyond the cores oversubscribe, 4x slower), their records merged. SEEDS defaults per model (tiny 0-4, smollm2 0-3);
+# ARGS passes more flags, e.g. ARGS="--arms augment-fixed,augment-fresh" (SmolLM2's run at learning rate 1e-3) or
+# ARGS="--learning-rate 3e-3 --data-seed 0" (its first run, all arms).
 MODEL ?= tiny
 SEEDS ?=
 SHARDS ?= 2
+ARGS ?=
 experiment-loss: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
 		$(PY) scripts/experiment_loss.py --model $(MODEL) $(if $(SEEDS),--seeds $(SEEDS)) --shards $(SHARDS) \
-		--out runs/experiment-loss/$(MODEL)
+		--out runs/experiment-loss/$(MODEL) $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts docs/_ext

@@ -182,6 +182,27 @@ def recorded(args: argparse.Namespace, out: Path) -> set[tuple[str, int, str]]:
     return done_runs(out / "records.jsonl") | (done_runs(Path(args.also_done)) if args.also_done else set())
 
 
+def training_overrides(args: argparse.Namespace, seed: int) -> list[str]:
+    """The recipe overrides every arm of a seed shares: the training seed, and ``--steps`` / ``--learning-rate``
+    where given."""
+    extra = [f"--training.seed={seed}"]
+    extra += [f"--training.max_steps={args.steps}"] if args.steps else []
+    extra += [f"--training.learning_rate={args.learning_rate}"] if args.learning_rate is not None else []
+    return extra
+
+
+def shard_args(args: argparse.Namespace, out: Path) -> list[str]:
+    """The flags every shard process gets (without its ``--shard`` and ``--out``): the experiment's settings."""
+    common = ["--model", args.model, "--seeds", ",".join(map(str, args.seeds)), "--arms", ",".join(args.arms),
+              "--kinds", args.kinds, "--draws", str(args.draws), "--data-seed", str(args.data_seed),
+              "--also-done", str(out / "records.jsonl"), "--no-summary"]
+    for flag, value in (("--steps", args.steps), ("--learning-rate", args.learning_rate),
+                        ("--max-train", args.max_train), ("--max-groups", args.max_groups)):
+        if value is not None:
+            common += [flag, str(value)]
+    return common + ["--no-base"] * args.no_base + ["--keep-runs"] * args.keep_runs
+
+
 def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]]) -> int:
     from sago_train.cli.main import main as cli
 
@@ -202,7 +223,7 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]
         run_dir = out / "runs" / arm / f"seed{seed}" / rot
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an interrupted run: start it again
-        extra = [f"--training.seed={seed}"] + ([f"--training.max_steps={args.steps}"] if args.steps else [])
+        extra = training_overrides(args, seed)
         print(f"=== {arm} seed {seed} rotation {rot}", flush=True)
         t0 = time.perf_counter()
         code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}-{rot}", "--output-dir", str(run_dir),
@@ -251,13 +272,7 @@ def run_shards(args: argparse.Namespace, out: Path) -> int:
     ``out`` already had, then the shards' new ones, each (arm, seed, run) once."""
     import subprocess
 
-    common = ["--model", args.model, "--seeds", ",".join(map(str, args.seeds)), "--arms", ",".join(args.arms),
-              "--kinds", args.kinds, "--draws", str(args.draws), "--data-seed", str(args.data_seed),
-              "--also-done", str(out / "records.jsonl"), "--no-summary"]
-    for flag, value in (("--steps", args.steps), ("--max-train", args.max_train), ("--max-groups", args.max_groups)):
-        if value is not None:
-            common += [flag, str(value)]
-    common += ["--no-base"] * args.no_base + ["--keep-runs"] * args.keep_runs
+    common = shard_args(args, out)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     procs = []
     for i in range(args.shards):
@@ -309,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-seed", type=int, default=None,
                     help="seed of the fact split and the perturbation draws; default 0 for tiny, 1 for smollm2")
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps")
+    ap.add_argument("--learning-rate", type=float, default=None,
+                    help="override training.learning_rate (the first SmolLM2 run: 3e-3 with --data-seed 0)")
     ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
     ap.add_argument("--max-groups", type=int, default=None, help="use only the first N held-out groups (tests)")
     ap.add_argument("--shard", default="0/1", metavar="I/N",

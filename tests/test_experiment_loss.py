@@ -191,6 +191,31 @@ def test_pipeline_end_to_end_on_a_toy_setting(tmp_path, monkeypatch):
     assert experiment_loss.main(args) == 0 and (sharded / "records.jsonl").read_text() == merged
 
 
+def test_the_training_overrides_reach_every_run_and_every_shard(tmp_path, monkeypatch):
+    """--learning-rate / --steps become recipe overrides of each run, and a shard process gets them too (the
+    first SmolLM2 run is reproduced with --learning-rate 3e-3 --data-seed 0)."""
+    seen = []
+    monkeypatch.setattr(experiment_loss, "run_shards", lambda args, out: seen.append(args) or 1)
+    assert experiment_loss.main(["--model", "smollm2", "--arms", "augment-fixed,augment-fresh", "--shards", "2",
+                                 "--learning-rate", "3e-3", "--steps", "5", "--out", str(tmp_path)]) == 1
+    args = seen[0]
+    assert args.seeds == [0, 1, 2, 3] and args.data_seed == 1 and args.draws == 1  # SmolLM2's defaults
+    assert experiment_loss.training_overrides(args, 2) == [
+        "--training.seed=2", "--training.max_steps=5", "--training.learning_rate=0.003"]
+    flags = experiment_loss.shard_args(args, tmp_path)
+    assert flags[flags.index("--learning-rate") + 1] == "0.003" and flags[flags.index("--steps") + 1] == "5"
+    assert flags[flags.index("--data-seed") + 1] == "1" and flags[flags.index("--arms") + 1] == "augment-fixed,augment-fresh"
+    # The shard parses its flags back to the same settings.
+    seen.clear()
+    monkeypatch.setattr(experiment_loss, "run_all", lambda args, out, sets: seen.append(args) or 1)
+    monkeypatch.setattr(experiment_loss, "build_sets", lambda *a: {})
+    assert experiment_loss.main([*flags, "--shard", "1/2", "--out", str(tmp_path / "shard-1")]) == 1
+    assert experiment_loss.training_overrides(seen[0], 2) == experiment_loss.training_overrides(args, 2)
+    seen.clear()
+    experiment_loss.main(["--model", "tiny", "--arms", "augment-fresh", "--out", str(tmp_path / "tiny")])
+    assert (seen[0].seeds, seen[0].data_seed, seen[0].draws) == ([0, 1, 2, 3, 4], 0, 4)  # the tiny model's
+
+
 def test_merging_shards_keeps_each_run_once(tmp_path):
     def write(path, runs):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +281,7 @@ def test_a_claim_against_the_baseline_holds_its_error_rate_under_run_to_run_vari
     assert group_only / runs > 0.2, group_only
 
 
-@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+@pytest.mark.parametrize("model", ["tiny", "smollm2-lr3e-3", "smollm2"])
 def test_the_docs_paste_the_committed_summaries(model):
     """docs/loss-experiment.md quotes what the code computed: every table row of the committed summary.md."""
     root = SCRIPTS.parent
@@ -266,3 +291,25 @@ def test_the_docs_paste_the_committed_summaries(model):
     assert rows
     missing = [r for r in rows if r not in docs]
     assert not missing, f"{len(missing)} rows of {model}'s summary.md are not in the docs, e.g. {missing[0]}"
+
+
+def test_the_readme_table_quotes_the_committed_glance_rows():
+    """The README's experiment table: every row's cells are the at-a-glance row of that arm in the committed
+    summary of that model and run (a row without a model continues the one above)."""
+    root = SCRIPTS.parent
+    runs = {"tiny": "tiny", "SmolLM2 lr 1e-3": "smollm2", "SmolLM2 lr 3e-3": "smollm2-lr3e-3"}
+    readme = (root / "README.md").read_text().splitlines()
+    rows = [line for line in readme if line.startswith("| ") and "(`StabilityConfig()`)" in line
+            or line.startswith("| | ") and "default" in line or line.startswith("| | consistency")]
+    assert len(rows) >= 7, rows
+    model, checked = None, 0
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        label = cells[0].split(",")[0]
+        model = runs[label] if label else model
+        glance = (root / "benchmarks" / "results" / "experiment-loss" / model / "summary.md").read_text()
+        arm = cells[1].split(" ")[0]
+        expected = "| " + " | ".join([arm, *cells[2:]]) + " |"
+        assert expected in glance, f"README row for {arm} on {model} is not in its summary: {expected}"
+        checked += 1
+    assert checked == len(rows)
