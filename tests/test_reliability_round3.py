@@ -27,6 +27,7 @@ from ._helpers.limited import (
     Limited,
     assert_bounded,
     assert_one_error_line,
+    import_cpu_s,
     run_cli_limited,
 )
 from ._helpers.results_dirs import axis_values, write_run_dir
@@ -622,3 +623,12 @@ def test_reliability_md_states_the_counts() -> None:
     assert m, "RELIABILITY.md has no 'Round 3 (issue 22): N inputs tried, ...' sentence"
     assert tuple(map(int, m.groups())) == (c["inputs"], c["faults"], c["resumes"], c["classes"]), c
     assert yaml.safe_load((BAD / "EXPECTED.yaml").read_text()).keys() >= ROUND3_CORPUS.keys()
+
+
+def test_the_cpu_bound_scales_with_this_machines_imports_but_still_catches_work():
+    """The bound of a refusal: the fixed limit, or the imports' CPU on this machine plus half of it; a child that
+    did real work (1000 CPU seconds) fails it either way."""
+    assert 0.5 < import_cpu_s() < 120
+    assert_bounded(Limited(2, "", "", 1.0, 1.0, 0))
+    with pytest.raises(AssertionError, match="took 1000.0 CPU seconds"):
+        assert_bounded(Limited(2, "", "", 1000.0, 1000.0, 0))
