@@ -43,10 +43,15 @@ def _limit_memory() -> None:  # runs in the child before exec
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
+def _child_env() -> dict[str, str]:
+    """Offline, one thread, this checkout first on the path: the environment of every measured child."""
+    return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
+                OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
 def run_cli_limited(argv: list[str], *, cwd: Path | None = None, wall_limit_s: float = WALL_LIMIT_S) -> Limited:
     """``python -m sago_train.cli.main ARGV`` under ``MEMORY_LIMIT``; kills its process group on timeout."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = _child_env()
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "sago_train.cli.main", *argv], cwd=cwd or ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_limit_memory,
@@ -102,8 +107,7 @@ def import_cpu_s() -> float:
     times slower the imports alone pass 10 s. A refusal "before any work" is one that costs little beyond them, so
     the bound is the fixed limit or the imports plus half of it, whichever is larger: reading a 3 GB history or
     tokenizing a 50 MB variant still exceeds it."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-c", _IMPORTS], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-c", _IMPORTS], cwd=ROOT, env=_child_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
