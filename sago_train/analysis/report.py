@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SagoInputError
+from ..eval.degenerate import degenerate_sets
 from ..functional import stats, verdict_rule
 from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
 from ..functional.axes.registry import higher_is_better
@@ -135,6 +136,7 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
     ref = evals[0]
     rows: list[dict[str, Any]] = []
     for ev in evals[1:]:
+        degenerate = degenerate_sets(ev, ref)
         for s in ref.sets:
             if s not in ev.sets:
                 continue
@@ -162,13 +164,17 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                 if v.n == 0:
                     rows.append({**row, "n": 0, "verdict": "no common groups with values"})
                     continue
+                outcome = v.verdict
+                if s in degenerate and outcome == stats.BETTER and axis not in (ACCURACY, ACCURACY_ALL,
+                                                                                 ACCURACY_WORST_KIND):
+                    outcome = stats.DEGENERATE  # agreement of outputs that ignore the question: never "more stable"
                 rows.append({**row, "n": v.n, "mean_diff": v.mean_diff, "ci_low": v.ci_low, "ci_high": v.ci_high,
-                             "p_less_stable": v.p_worse, "p_more_stable": v.p_better, "outcome": v.verdict,
-                             "verdict": v.words()})
+                             "p_less_stable": v.p_worse, "p_more_stable": v.p_better, "outcome": outcome,
+                             "verdict": v.words() if outcome == v.verdict else change_words(axis, outcome)})
             # The words of a set's verdicts read its accuracy and between-group dispersion verdicts.
             context = set_context({r["axis"]: r.get("outcome", "") for r in rows[first:]})
             for r in rows[first:]:
-                if r.get("outcome") in (stats.BETTER, stats.WORSE):
+                if r.get("outcome") in (stats.BETTER, stats.WORSE, stats.DEGENERATE):
                     r["verdict"] = f"{ev.label} {change_words(r['axis'], r['outcome'], **context)}"
     return stats.to_jsonable(rows)
 

@@ -61,6 +61,26 @@ def identical_share(s: SetEvaluation, stops: StopsOf | None = None) -> float | N
     return flagged / len(rows)
 
 
+def ignores_question(s: SetEvaluation) -> bool:
+    """Whether a set's outputs no longer depend on the question: most outputs empty, or most groups answering
+    as an unrelated group does (the checks of :func:`degenerate_warnings`, on the recorded outputs). Its variants
+    then agree because the model says one thing to everything: no stability verdict "better" and no "best"
+    is given to it. False without outputs."""
+    empty, identical = empty_share(s), identical_share(s)
+    return bool((empty is not None and empty > EMPTY_SHARE_LIMIT)
+                or (identical is not None and identical > IDENTICAL_SHARE_LIMIT))
+
+
+def degenerate_sets(ev: Evaluation, reference: Evaluation | set[str] | None = None) -> set[str]:
+    """The sets of ``ev`` whose outputs no longer depend on the question (:func:`ignores_question`): those of
+    ``reference`` (an evaluation, or its degenerate sets) that ignored it already are left out, since nothing
+    collapsed there (the warning still says so)."""
+    out = {name for name, s in ev.sets.items() if s.groups and ignores_question(s)}
+    if reference is not None:
+        out -= reference if isinstance(reference, set) else degenerate_sets(reference)
+    return out
+
+
 def hit_token_limit(outputs: Sequence[str], tokenizer: Any, max_new_tokens: int) -> list[bool]:
     """Per output, whether it is ``max_new_tokens`` tokens long, i.e. generation stopped at the limit rather
     than at EOS. The evaluator keeps the decoded text only, so its tokens are counted by encoding it again

@@ -16,7 +16,7 @@ from ..data.groups import VariantGroup, VariantSet, too_long_variant
 from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError, short_repr
 from ..functional.answer import answer_span, answer_stops
-from ..functional.axes import Axis, AxisValue, GroupInputs, add_partials, get_axis, variant_correct
+from ..functional.axes import Axis, GroupInputs, add_partials, get_axis, variant_correct
 from ..functional.axes.correctness import resolve_match_mode
 from ..functional.findings import split_halves
 from ..functional.similarity import get_similarity
@@ -28,10 +28,12 @@ from ..results.evaluation import Evaluation
 from ..results.group import GroupRecord, mean_instability
 from ..results.sets import SetEvaluation
 from ..threads import configure_torch_threads
+from .axis_values import axis_values
 from .config import SAGOConfig
 from .degenerate import cut_at_limit, degenerate_warnings
 from .extraction import Extractor
-from .plan import axes_computed, encode_within, needs_generation, select_groups, subset_inputs, variant_text
+from .plan import axes_computed, encode_within, needs_generation, select_groups, variant_text
+from .responses import answer_parts, check_posix_groups, response_tokens, score_answers, score_responses
 
 SKIP_TOO_LONG = "prompt longer than the model's context"
 SKIP_NON_FINITE = "non-finite hidden states or log-probabilities"
@@ -154,6 +156,8 @@ class SAGOEvaluator:
         # Decided on the whole selection, not the shard, so every rank makes the same collective calls.
         need_generation = self._needs_generation([vs[i] for i in chosen], generation)
         axes = self.set_axes([vs[i] for i in chosen], generation)
+        if any("response_logprobs" in a.needs for a in axes):
+            check_posix_groups([vs[i] for i in chosen], vs.source)
         local, skipped, totals = self._evaluate_groups(vs, mine, need_generation, progress, axes)
         gathered = distributed.gather_objects(local)
         skipped_all = distributed.gather_objects([skipped])
@@ -311,9 +315,23 @@ class SAGOEvaluator:
                 if late and extra.mean_logprob is not None:
                     logprobs[late] = extra.mean_logprob
 
+        responses: list[Any] = [None] * len(groups)
+        answers: list[Any] = [None] * len(groups)
+        leads: list[str | None] = [None] * len(groups)
+        if outputs is not None and needs & {"response_logprobs", "answer_logprobs"}:
+            group_prompts = [ps for _, _, ps in groups]
+            group_spans = [[answer_span(y, self.stops_for(v)) for y, v in zip(outputs[off: off + g.k], g.variants)]
+                           for (_, g, _), off in zip(groups, offsets)]
+            if "response_logprobs" in needs:
+                responses = score_responses(extractor, group_prompts, [
+                    response_tokens(spans, tok) for spans in group_spans]) or responses
+            if "answer_logprobs" in needs:
+                leads, parts = answer_parts([g for _, g, _ in groups], group_spans, tok)
+                answers = score_answers(extractor, group_prompts, parts)
+
         results: list[tuple[int, GroupRecord, dict[str, Any]]] = []
         totals: dict[str, Any] = {}  # set-level axes: this rank's sum of the groups' partial statistics
-        for (i, g, _), off, r in zip(groups, offsets, scored_refs):
+        for (i, g, _), off, r, resp, ans, lead in zip(groups, offsets, scored_refs, responses, answers, leads):
             sl = slice(off, off + g.k)
             # A broken model (NaN/inf activations) must not poison the statistics: skip and count the group.
             bad_hidden = hidden is not None and not bool(torch.isfinite(hidden[sl]).all())
@@ -331,10 +349,12 @@ class SAGOEvaluator:
                 hidden=hidden[sl] if hidden is not None else None,
                 layers=self.layers if hidden is not None else None,
                 logprobs=logprobs[sl] if logprobs is not None else None,
+                response_logprobs=resp,
+                answer_logprobs=(ans if ans is not None else logprobs[sl]) if "answer_logprobs" in needs else None,
                 similarity=self.similarity if "generations" in needs else None,
             )
             split = split_halves(g.k, g.id, cfg.seed, kinds=g.kinds)
-            values, per_variant, extra, halves, pending = self._axis_values(inputs, split, totals, axes)
+            values, per_variant, extra, halves, pending = axis_values(inputs, split, totals, axes)
             correct = None
             if outs is not None and (g.reference is not None or g.choices is not None):
                 per = [
@@ -360,6 +380,8 @@ class SAGOEvaluator:
                         axes=values,
                         per_variant=per_variant,
                         logprobs=lp,
+                        answer_lead=lead if "answer_logprobs" in needs else None,
+                        answer_logprobs=[float(x) for x in ans.tolist()] if ans is not None else None,
                         correct=correct,
                         extra=extra,
                         split=[list(h) for h in split] if split is not None else None,
@@ -369,30 +391,3 @@ class SAGOEvaluator:
                 )
             )
         return results, skipped, totals
-
-    def _axis_values(
-        self, inputs: GroupInputs, split: tuple[list[int], list[int]] | None, totals: dict[str, Any],
-        axes: list[Axis],
-    ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float], dict[str, list[float]], dict[str, Any]]:
-        """Every axis on one group, and on each half of its variants (for split-half reliability, docs/definitions.md#findings
-        "Findings"). A set-level axis adds the group's statistics to ``totals`` (the halves' do not: a half is
-        measured against the whole set) and leaves its values pending."""
-        values: dict[str, float] = {}
-        per_variant: dict[str, list[float]] = {}
-        extra: dict[str, float] = {}
-        halves: dict[str, list[float]] = {}
-        pending: dict[str, Any] = {}
-        subsets = [subset_inputs(inputs, idx) for idx in split] if split is not None else []
-        for axis in axes:
-            value = axis.fn(inputs)
-            half_values = [axis.fn(sub) for sub in subsets]
-            if axis.set_level is not None:
-                totals[axis.name] = add_partials(totals.get(axis.name), value.partial)
-                pending[axis.name] = (AxisValue(value.value, value.per_variant, pending=value.pending),
-                                      [AxisValue(h.value, h.per_variant, pending=h.pending) for h in half_values])
-            values[axis.name] = value.value
-            per_variant[axis.name] = value.per_variant
-            extra.update({f"{axis.name}_{k}": v for k, v in value.extra.items()})
-            if half_values:
-                halves[axis.name] = [h.value for h in half_values]
-        return values, per_variant, extra, halves, pending

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..data.groups import VariantGroup, VariantSet, subset_indices
-from ..functional.axes import Axis, GroupInputs
+from ..functional.axes import Axis
 
 
 def select_groups(vs: VariantSet, max_groups: int | None, seed: int) -> list[int]:
@@ -72,16 +72,3 @@ def variant_text(variant: Any) -> str:
     if isinstance(variant, str):
         return variant
     return "\n".join(m.get("content", "") for m in variant)
-
-
-def subset_inputs(g: GroupInputs, idx: list[int]) -> GroupInputs:
-    """The same group restricted to the variants ``idx`` (the split halves of a finding)."""
-    return GroupInputs(
-        prompts=[g.prompts[i] for i in idx],
-        reference=g.reference,
-        outputs=[g.outputs[i] for i in idx] if g.outputs is not None else None,
-        hidden=g.hidden[idx] if g.hidden is not None else None,
-        layers=g.layers,
-        logprobs=g.logprobs[idx] if g.logprobs is not None else None,
-        similarity=g.similarity,
-    )

@@ -50,6 +50,9 @@ BETTER, WORSE = "better", "worse"
 NO_DIFFERENCE = "no significant difference"
 NOT_ENOUGH = "not enough groups"
 NOT_WORSE = "not significantly worse"
+#: A "better" stability verdict on a set whose outputs no longer depend on the question (one answer to most
+#: prompts, or none): agreement that says nothing, never "more stable" and never the best.
+DEGENERATE = "degenerate outputs"
 
 _ALTERNATIVES = ("greater", "less", "two-sided")
 # Upper bound on the number of resampled indices held in memory at once (rows of the bootstrap are drawn in chunks).

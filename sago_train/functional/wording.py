@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .axes.registry import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
-from .stats import BETTER, NO_DIFFERENCE, NOT_ENOUGH, WORSE
+from .stats import BETTER, DEGENERATE, NO_DIFFERENCE, NOT_ENOUGH, WORSE
 
 ACCURACY_QUANTITIES = frozenset({ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND})
 COLLAPSE = "lower, but so is the between-group dispersion: a collapse, not stability"
 CONSISTENTLY_WRONG = "more stable but less accurate: consistently wrong?"
+DEGENERATE_WORDS = "lower, but the outputs no longer depend on the question: degenerate, not stability"
 #: What a warning that accuracy fell asks of the reader (the training log, ``report``).
 READ_BESIDE = ("the model may be forgetting what it knew; read every stability number of this set beside it (a "
                "consistently wrong model is perfectly stable)")
@@ -32,7 +33,11 @@ def change_words(quantity: str, verdict: str, *, collapse: bool = False, less_ac
         'lower, but so is the between-group dispersion: a collapse, not stability'
         >>> change_words("confidence", "better", less_accurate=True)
         'more stable but less accurate: consistently wrong?'
+        >>> change_words("generation", "degenerate outputs")
+        'lower, but the outputs no longer depend on the question: degenerate, not stability'
     """
+    if verdict == DEGENERATE:
+        return DEGENERATE_WORDS
     if verdict not in (BETTER, WORSE):
         return verdict if verdict in (NO_DIFFERENCE, NOT_ENOUGH) else str(verdict)
     if quantity in ACCURACY_QUANTITIES:

@@ -13,6 +13,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError, did_you_mean, short_repr
+from ..eval.degenerate import degenerate_sets
 from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
 from ..functional.formatting import printable
@@ -116,6 +117,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.stopped_step: int | None = None
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
+        self.baseline_ignores: bool | None = None  # whether the first evaluation's outputs ignored the question
 
     def start_over(self) -> None:
         """Forget every evaluation seen, also the checkpoint's: a resumed run started a new baseline."""
@@ -130,7 +132,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     def state(self) -> dict[str, Any]:
         names = ("best_step", "best_mean", "best_ids", "best_values", "candidate", "counter", "reference", "window",
-                 "looks", "looks_done", "stopped_step", "reason", "decisions")
+                 "looks", "looks_done", "stopped_step", "reason", "decisions", "baseline_ignores")
         return {
             "args": {"metric": self.metric, "patience": self.patience, "alpha": self.alpha,
                      "min_delta": self.min_delta, "mode": self.mode, "exclude_baseline": self.exclude_baseline,
@@ -293,7 +295,13 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             decision["verdict"] = "baseline (never the best: no checkpoint; not in the reference)"
             self.decisions.append(decision)
             return
-        improved = self._track_best(step, ids, current, mean, follow)
+        # A step whose outputs no longer depend on the question agrees across variants: never the best.
+        ignored = self.set_name in degenerate_sets(evaluation)
+        if self.baseline_ignores is None:
+            self.baseline_ignores = ignored
+        if ignored := ignored and not self.baseline_ignores:
+            decision["degenerate"] = "the outputs no longer depend on the question: never the best"
+        improved = None if ignored else self._track_best(step, ids, current, mean, follow)
         if self.mode == "threshold":
             self._warn_threshold()
             stop = self._threshold_look(decision, improved, mean)

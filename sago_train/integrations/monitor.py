@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import distributed
 from ..errors import SagoInputError
+from ..eval.degenerate import degenerate_sets
 from ..functional import stats, verdict_rule
 from ..functional.axes import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
 from ..functional.axes.registry import higher_is_better
@@ -97,6 +98,7 @@ class MonitorState:
     best: dict[tuple[str, str], Evaluation] = field(default_factory=dict)
     last: Evaluation | None = None
     skipped_lines: int = 0  # corrupt history lines skipped at the last load
+    baseline_degenerate: set[str] = field(default_factory=set)  # the baseline's sets whose outputs ignored the question
     _lock: Path | None = None
 
     @property
@@ -138,6 +140,7 @@ class MonitorState:
         duplicated). A corrupt history line is logged (file and line) and skipped, and counted in
         ``skipped_lines``; the rewritten history drops it (see :mod:`~sago_train.results.store`)."""
         self.history, self.baseline, self.best, self.last, self.skipped_lines = [], None, {}, None, 0
+        self.baseline_degenerate = set()
         if resume_step is None or not self.history_path.exists():
             return
         run = store.Run.read(self.root.parent, self.root, self.root.name, allow_empty=True)
@@ -153,8 +156,10 @@ class MonitorState:
     # ------------------------------------------------------------------ one evaluation
     def compare(self, ev: Evaluation, seed: int = 0) -> dict[str, dict[str, dict[str, Any]]]:
         """Paired change of ``ev`` against the baseline and the best evaluation so far, per set and quantity
-        (see :func:`change_entry`); for an instability ``mean_diff > 0`` means *less* stable."""
+        (see :func:`change_entry`); for an instability ``mean_diff > 0`` means *less* stable. On a set whose
+        outputs no longer depend on the question, a "better" stability verdict is ``degenerate outputs``."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
+        degenerate = degenerate_sets(ev, self.baseline_degenerate)
         for name in ev.sets:
             for quantity in quantities(ev, name):
                 entry: dict[str, Any] = {}
@@ -165,6 +170,8 @@ class MonitorState:
                     verdict = paired_change(ref, ev, name, quantity, seed=seed)
                     if verdict is not None and verdict.n:
                         entry[label] = change_entry(verdict, ref.step)
+                        if name in degenerate and quantity not in ACCURACIES and verdict.verdict == stats.BETTER:
+                            entry[label]["verdict"] = stats.DEGENERATE
                         if quantity == ACCURACY_WORST_KIND:  # which kind was compared (chosen on both)
                             entry[label]["kind"] = paired_worst_kind(ref.sets[name], ev.sets[name])
                 if entry:
@@ -173,15 +180,20 @@ class MonitorState:
 
     def observe(self, ev: Evaluation) -> None:
         """Update the baseline (the first evaluation), the last one and the per-(set, quantity) best (by mean,
-        as the Trainer picks its best checkpoint; never the untrained step 0, see :func:`is_untrained`). Group
-        records are kept without their variants and outputs."""
+        as the Trainer picks its best checkpoint; never the untrained step 0, see :func:`is_untrained`, nor a set
+        whose outputs no longer depend on the question). Group records are kept without their variants and
+        outputs."""
+        degenerate = degenerate_sets(ev)
         ev = ev.slim()
         if self.baseline is None:
-            self.baseline = ev
+            self.baseline, self.baseline_degenerate = ev, degenerate
+        degenerate -= self.baseline_degenerate
         self.last = ev
         if is_untrained(ev.step):
             return
         for name in ev.sets:
+            if name in degenerate:
+                continue
             for quantity in quantities(ev, name):
                 mean = ev.mean(name, quantity) if quantity != BETWEEN else math.nan  # compared, never ranked
                 if not math.isfinite(mean):

@@ -107,7 +107,7 @@ def change_lines(ev: Evaluation, changes: dict[str, Any], baseline: Evaluation |
             if not entry:
                 continue
             move = _move(q, entry, baseline, ev, name)
-            if entry["verdict"] in (stats.BETTER, stats.WORSE):
+            if entry["verdict"] in (stats.BETTER, stats.WORSE, stats.DEGENERATE):
                 words = change_words(q, entry["verdict"], **context)
                 p = entry["p_value"] if entry["verdict"] == stats.WORSE else entry.get("p_better")
                 said.append(f"{move} {words} (p {fmt_p(p)})")

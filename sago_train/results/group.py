@@ -85,6 +85,10 @@ class GroupRecord:
     axes: dict[str, float] = field(default_factory=dict)
     per_variant: dict[str, list[float]] = field(default_factory=dict)
     logprobs: list[float] | None = None
+    # The confidence axis's scoring (docs/definitions.md#confidence): the model's own lead-in to the reference
+    # ("" none found: the bare reference) and the reference's mean log-probability per token after it.
+    answer_lead: str | None = None
+    answer_logprobs: list[float] | None = None
     correct: list[bool] | None = None
     extra: dict[str, float] = field(default_factory=dict)
     # Split-half reliability (the manual's "Findings"): the variant indices of each half, each axis on each half.
@@ -143,7 +147,7 @@ class GroupRecord:
             "id": self.id, "variants": self.variants, "kinds": self.kinds, "outputs": self.outputs,
             "reference": self.reference, "scored_reference": self.scored_reference, "axes": self.axes,
             INSTABILITY: self.instability, "per_variant": self.per_variant, "logprobs": self.logprobs,
-            "correct": self.correct, "extra": self.extra, "split": self.split, "halves": self.halves,
+            "answer_lead": self.answer_lead, "answer_logprobs": self.answer_logprobs, "correct": self.correct, "extra": self.extra, "split": self.split, "halves": self.halves,
         })
 
     @classmethod
@@ -171,7 +175,7 @@ class GroupRecord:
         for key in ("per_variant", "extra", "halves"):
             if rec.get(key) is not None and not isinstance(rec[key], dict):
                 raise fail(f"expected an object or null, got {type_name(rec[key])}", key)
-        for key in ("variants", "outputs", "logprobs", "split", "kinds"):
+        for key in ("variants", "outputs", "logprobs", "answer_logprobs", "split", "kinds"):
             if rec.get(key) is not None and not isinstance(rec[key], list):
                 raise fail(f"expected a list or null, got {type_name(rec[key])}", key)
         # A record written with a null instability (an evaluation that left axes out) keeps it undefined; one
@@ -181,6 +185,7 @@ class GroupRecord:
             id=str(gid), variants=list(rec.get("variants") or []), kinds=rec.get("kinds"), outputs=rec.get("outputs"),
             reference=rec.get("reference"), scored_reference=rec.get("scored_reference"),
             axes={str(a): to_float(v) for a, v in axes.items()}, per_variant=dict(rec.get("per_variant") or {}),
-            logprobs=rec.get("logprobs"), correct=correct, extra=dict(rec.get("extra") or {}),
+            logprobs=rec.get("logprobs"), answer_lead=rec.get("answer_lead") if isinstance(rec.get("answer_lead"), str)
+            else None, answer_logprobs=rec.get("answer_logprobs"), correct=correct, extra=dict(rec.get("extra") or {}),
             split=rec.get("split"), halves=dict(rec.get("halves") or {}), instability=instability,
         )

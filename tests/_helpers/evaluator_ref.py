@@ -55,6 +55,53 @@ def ref_generate(model, tok, ids: list[int], max_new: int, eos_id: int = 257, pa
     return tok.decode(new, skip_special_tokens=True)
 
 
+def ref_logprob_sum(model, prompt: list[int], cont: list[int]) -> float:
+    """log P(cont | prompt), summed over cont's tokens, from one plain forward in float64."""
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([prompt + cont])).logits[0].double(), -1)
+    return sum(float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(cont))
+
+
+def ref_answer_logprobs(model, tok, prompts: list[list[int]], outs: list[str], reference: str,
+                        canonical: int = 0) -> list[float] | None:
+    """The reference's mean log-probability per token after each prompt and the model's own lead-in to it (the
+    first output, canonical first, that contains it case-insensitively, up to where it starts), from one plain
+    forward each in which only the reference's positions are summed; None when no output contains it or the
+    lead-in is empty (the bare reference is scored)."""
+    target = reference.strip().lower()
+    lead = None
+    for k in [canonical] + [k for k in range(len(outs)) if k != canonical]:
+        if target in outs[k].lower():
+            lead = outs[k][: outs[k].lower().index(target)]
+            break
+    if lead is None or not lead.rstrip():
+        return None
+    lead_ids = tok(lead.rstrip(), add_special_tokens=False)["input_ids"]
+    ref_ids = tok((" " if lead[-1].isspace() else "") + reference.strip(), add_special_tokens=False)["input_ids"]
+    out = []
+    for p in prompts:
+        full = p + lead_ids + ref_ids
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([full])).logits[0].double(), -1)
+        start = len(p) + len(lead_ids)
+        out.append(sum(float(logp[start - 1 + j, t]) for j, t in enumerate(ref_ids)) / len(ref_ids))
+    return out
+
+
+def ref_posix(model, tok, prompts: list[list[int]], outs: list[str]) -> float:
+    """POSIX, Eq. 1 of Chatterjee et al. (2024): the mean over ordered pairs i != j of
+    |log P(y_j | x_i) - log P(y_j | x_j)| / L(y_j), y_j the greedy response to x_j (an empty one contributes 0)."""
+    k = len(prompts)
+    ys = [tok(y, add_special_tokens=False)["input_ids"] if y else [] for y in outs]
+    total = 0.0
+    for j, y in enumerate(ys):
+        if not y:
+            continue
+        own = ref_logprob_sum(model, prompts[j], y)
+        total += sum(abs(ref_logprob_sum(model, prompts[i], y) - own) for i in range(k) if i != j) / len(y)
+    return total / (k * (k - 1))
+
+
 def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pooling: str = "last", *,
                     encode=None, eos_id: int = 257, pad_id: int = 258) -> dict:
     """One variant at a time; ``encode(variant) -> ids`` defaults to the tokenizer's plain encoding."""
@@ -83,9 +130,15 @@ def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pool
     out = {"activation": sum(per_layer) / len(per_layer)}
     if lps:
         ps = [math.exp(x) for x in lps]
-        out["confidence"] = sum(abs(ps[i] - ps[j]) for i, j in pairs) / len(pairs)
+        out["confidence_prob"] = sum(abs(ps[i] - ps[j]) for i, j in pairs) / len(pairs)
+        answer = ref_answer_logprobs(model, tok, prompts, outs, rec["reference"], rec.get("canonical", 0)) \
+            if rec.get("reference") else None
+        qs = [math.exp(x) for x in answer] if answer is not None else ps
+        out["confidence"] = sum(1 - min(qs[i], qs[j]) / max(qs[i], qs[j]) for i, j in pairs) / len(pairs)
+        out["_answer_lps"] = answer
     else:
-        out["confidence"] = math.nan
+        out["confidence"] = out["confidence_prob"] = math.nan
+    out["posix"] = ref_posix(model, tok, prompts, outs)
     out["generation"] = 1 - sum(ref_f1(outs[i], outs[j]) for i, j in pairs) / len(pairs)
     # mirroring
     pw = [set(ref_normalize(v).split()) for v in rec["variants"]]

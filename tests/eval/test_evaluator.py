@@ -28,13 +28,37 @@ def test_matches_reference_each_architecture(arch):
     model = make_tiny_model(arch)
     vs = VariantSet.from_records(RECORDS, name="t")
     layers = [0, 1, 2]
-    ev = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=6, batch_size=4)
+    ev = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=6, batch_size=4,
+                       axes="activation,confidence,confidence_prob,generation,mirroring,posix")
     res = ev.evaluate(vs).sets["t"]
     for rec, g in zip(RECORDS, res.groups):
         ref = reference_group(model, tok, rec, layers, 6)
         assert g.outputs == ref["_outputs"], f"{arch} {rec['id']} outputs"
-        for axis in ("activation", "confidence", "generation", "mirroring"):
+        for axis in ("activation", "confidence", "confidence_prob", "generation", "mirroring", "posix"):
             _assert_close(g.axes[axis], ref[axis], f"{arch} {rec['id']} {axis}")
+
+
+def test_confidence_scores_the_reference_after_the_models_own_lead_in(byte_tokenizer, tiny_llama):
+    """A reference that the model's outputs contain is scored after the lead-in the model wrote before it, as
+    the one-prompt-at-a-time reference does; the lead-in is recorded."""
+    plain = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="generation", max_new_tokens=10).evaluate(
+        VariantSet.from_records(RECORDS, name="t")).sets["t"]
+    records = []
+    for rec, g in zip(RECORDS, plain.groups):
+        out = g.outputs[1]  # a non-canonical variant's output: found after the canonical one's is searched
+        records.append({**rec, "reference": out[4:7] if len(out.strip()) > 7 else " Paris"})
+    ev = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="confidence,confidence_prob", max_new_tokens=10)
+    res = ev.evaluate(VariantSet.from_records(records, name="t")).sets["t"]
+    found = 0
+    for rec, g in zip(records, res.groups):
+        ref = reference_group(tiny_llama, byte_tokenizer, rec, [0], 10)
+        _assert_close(g.axes["confidence"], ref["confidence"], rec["id"])
+        _assert_close(g.axes["confidence_prob"], ref["confidence_prob"], rec["id"])
+        if ref["_answer_lps"] is not None:
+            found += 1
+            assert g.answer_lead and g.answer_logprobs == pytest.approx(ref["_answer_lps"], abs=TOL)
+            assert g.answer_logprobs != pytest.approx(g.logprobs, abs=1e-3)  # not the bare reference's
+    assert found >= 3
 
 
 def test_mean_pooling_matches_reference(byte_tokenizer, tiny_llama):
@@ -222,10 +246,12 @@ def _with_refs(n: int = 6) -> list[dict]:
 
 
 def test_without_generation_same_values_and_no_decoding(byte_tokenizer, tiny_llama, monkeypatch):
-    """Skipping generation leaves activation, activation_rel and confidence (references given) bitwise equal to
-    a complete evaluation's, runs no generate, and lists what it left out."""
+    """Skipping generation leaves activation, activation_rel and confidence_prob (references given) bitwise equal
+    to a complete evaluation's, runs no generate, and lists what it left out: confidence scores the reference in
+    the form the model answers, which needs its greedy outputs."""
     vs = VariantSet.from_records(_with_refs(), name="t")
-    ev = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 1], max_new_tokens=4, n_bootstrap=200)
+    ev = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 1], max_new_tokens=4, n_bootstrap=200,
+                       axes="activation,activation_rel,confidence,confidence_prob,generation,mirroring")
     full = ev.evaluate(vs)
     calls = {"n": 0}
     real = tiny_llama.generate
@@ -233,8 +259,8 @@ def test_without_generation_same_values_and_no_decoding(byte_tokenizer, tiny_lla
     cheap = ev.evaluate(vs, generation=False)
     assert calls["n"] == 0
     s_full, s_cheap = full.sets["t"], cheap.sets["t"]
-    assert s_cheap.axes == ["activation", "activation_rel", "confidence"]
-    assert cheap.skipped_axes == {"t": ["generation", "mirroring"]} and cheap.config["generation"] is False
+    assert s_cheap.axes == ["activation", "activation_rel", "confidence_prob"]
+    assert cheap.skipped_axes == {"t": ["confidence", "generation", "mirroring"]} and cheap.config["generation"] is False
     assert full.skipped_axes == {} and "generation" not in full.config
     for g_full, g_cheap in zip(s_full.groups, s_cheap.groups):
         assert g_cheap.outputs is None and g_cheap.correct is None and g_full.correct is not None
@@ -248,12 +274,13 @@ def test_without_generation_same_values_and_no_decoding(byte_tokenizer, tiny_lla
 
 
 def test_without_generation_drops_confidence_when_a_reference_is_missing(byte_tokenizer, tiny_llama):
-    """Without a reference, r is the canonical variant's greedy output: no generation, no confidence."""
+    """Without a reference, r is the canonical variant's greedy output: no generation, no confidence_prob."""
     vs = VariantSet.from_records(RECORDS, name="t")  # groups b and d have no reference
-    res = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0], max_new_tokens=3, n_bootstrap=100).evaluate(
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0], max_new_tokens=3, n_bootstrap=100,
+                        axes="activation,activation_rel,confidence,confidence_prob,generation").evaluate(
         vs, generation=False)
     assert res.sets["t"].axes == ["activation", "activation_rel"]
-    assert res.skipped_axes == {"t": ["confidence", "generation", "mirroring"]}
+    assert res.skipped_axes == {"t": ["confidence", "confidence_prob", "generation"]}
 
 
 def test_seeded_subset_is_stable_and_independent_of_order():

@@ -19,7 +19,7 @@ from .test_evaluator import ARCHS, RECORDS, _assert_close, reference_group
 # A few-shot preamble shared by every variant: the prefix the shared prefill runs once per batch.
 PREAMBLE = "Answer briefly.\nQ: What is 1+1?\nA: 2\nQ: "
 PREFIXED = [{**r, "variants": [PREAMBLE + v for v in r["variants"]]} for r in RECORDS]
-AXES = ("activation", "confidence", "generation", "mirroring")
+AXES = ("activation", "confidence", "confidence_prob", "generation", "mirroring", "posix")
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def no_fallback(monkeypatch):
 
 def _check(model, tok, records, batch_size, layers=(0, 1, 2), max_new=6):
     ev = SAGOEvaluator(model, tok, layers=list(layers), max_new_tokens=max_new, batch_size=batch_size,
-                       chat_template="never")
+                       chat_template="never", axes=",".join(AXES))
     res = ev.evaluate(VariantSet.from_records(records, name="t")).sets["t"]
     for rec, g in zip(records, res.groups):
         ref = reference_group(model, tok, rec, list(layers), max_new)

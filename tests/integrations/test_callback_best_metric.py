@@ -46,19 +46,20 @@ def _ranked(tr, key: str) -> Ranked:
 
 @pytest.mark.parametrize(("key", "expected"), [
     ("eval_sago/num/activation", False), ("eval_sago/num/activation_vs_best", False),
-    ("eval_sago/num/confidence", False),  # every group has a reference: no greedy output needed
+    ("eval_sago/num/confidence_prob", False),  # every group has a reference: no greedy output needed
+    ("eval_sago/num/confidence", True),  # scored after the model's own lead-in: its greedy output
     ("eval_sago/num/generation", True), ("eval_sago/num/generation_ci_low", True),
     ("eval_sago/num/accuracy", True), ("eval_sago/num/instability", True), ("eval_sago/instability", True),
     ("eval_sago/other/generation", False), ("eval_sago/runtime", False), (None, False),
 ])
 def test_which_watched_metrics_need_a_complete_evaluation(key, expected):
-    config = SAGOConfig.from_kwargs(axes="activation,confidence,generation")
+    config = SAGOConfig.from_kwargs(axes="activation,confidence,confidence_prob,generation")
     assert needs_complete(key, {"num": variant_set()}, config) is expected
 
 
 def test_confidence_needs_generation_on_groups_without_a_reference_and_instability_only_when_axes_are_skipped():
     no_ref = VariantSet.from_records([{"id": "g0", "variants": ["a b", "b a"]}], name="s")
-    assert needs_complete("eval_sago/s/confidence", {"s": no_ref}, SAGOConfig.from_kwargs(axes="confidence"))
+    assert needs_complete("eval_sago/s/confidence_prob", {"s": no_ref}, SAGOConfig.from_kwargs(axes="confidence_prob"))
     # Nothing is skipped without generation: instability is then present in every evaluation.
     assert not needs_complete("eval_sago/s/instability", {"s": variant_set(name="s")},
                               SAGOConfig.from_kwargs(axes="activation"))

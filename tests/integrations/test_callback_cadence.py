@@ -20,7 +20,7 @@ from .._helpers.trainer import make_trainer, variant_set
 
 pytestmark = pytest.mark.slow
 FAST = dict(max_new_tokens=3, n_bootstrap=200)
-GEN_AXES = ("generation", "mirroring")
+GEN_AXES = ("confidence", "generation", "mirroring")  # confidence scores the answer in the model's own form
 
 
 def _history(out):
@@ -48,7 +48,7 @@ def test_max_groups_default_is_bounded_in_training_only():
 def test_generation_every_values_logs_history_and_comparisons(tmp_path):
     """Steps 0 (baseline), 4 and 8 (final) are complete, 2 and 6 skip generation. Monitoring does not change
     training, so a run with every evaluation complete has the same weights at every step: the skipped
-    evaluations' activation and confidence values must equal its, to the last bit."""
+    evaluations' activation values must equal its, to the last bit."""
     runs = {}
     for every in (1, 2):
         out = tmp_path / f"every{every}"
@@ -65,20 +65,19 @@ def test_generation_every_values_logs_history_and_comparisons(tmp_path):
         sets, sets_full = h["sets"]["num"], h_full["sets"]["num"]
         if h["step"] in partial_steps:
             assert h["skipped_axes"] == {"num": list(GEN_AXES)}
-            assert set(sets) == {"activation", "activation_rel", "confidence"}  # no generation, no instability
+            assert set(sets) == {"activation", "activation_rel"}  # no generation, no instability
             # Compared: the axes it has, and the between-group dispersion that tells a collapse from stability;
             # neither a skipped axis nor instability, nor accuracy (it needs generation).
-            assert set(h["compare"]["num"]) == {"activation", "activation_rel", "confidence", "between_dispersion"}
+            assert set(h["compare"]["num"]) == {"activation", "activation_rel", "between_dispersion"}
         else:
             assert "skipped_axes" not in h and set(sets) == set(sets_full)
-        for axis in ("activation", "activation_rel", "confidence"):
+        for axis in ("activation", "activation_rel"):
             assert sets[axis] == sets_full[axis], (h["step"], axis)
         recs = [json.loads(x) for x in (out2 / "sago" / f"step-{h['step']}" / "num.jsonl").read_text().splitlines()]
         recs_full = [json.loads(x) for x in (out1 / "sago" / f"step-{h['step']}" / "num.jsonl").read_text().splitlines()]
         assert all((r["instability"] is None) == (h["step"] in partial_steps) for r in recs)
         for r, rf in zip(recs, recs_full):
-            assert {a: r["axes"][a] for a in ("activation", "confidence")} == \
-                   {a: rf["axes"][a] for a in ("activation", "confidence")}
+            assert r["axes"]["activation"] == rf["axes"]["activation"]
     # A complete evaluation after a partial one compares generation with the last evaluation that had it.
     gen = cheap[2]["compare"]["num"]["generation"]
     assert gen["vs_baseline"]["step"] == 0
@@ -95,8 +94,7 @@ def test_generation_every_values_logs_history_and_comparisons(tmp_path):
     cmp = json.loads((tmp_path / "cmp.json").read_text())
     assert [e["step"] for e in cmp["entries"]] == [2, 4]
     # the partial evaluation is scored and ranked on the axes it has; on the others it is absent, not NaN
-    for axis in ("activation", "confidence"):
-        assert set(cmp["axes"][axis]["scores"]["num"]) == {f"{out2.name}@2", f"{out2.name}@4"}
+    assert set(cmp["axes"]["activation"]["scores"]["num"]) == {f"{out2.name}@2", f"{out2.name}@4"}
     for axis in (*GEN_AXES, "instability"):
         assert set(cmp["axes"][axis]["scores"]["num"]) == {f"{out2.name}@4"}
 

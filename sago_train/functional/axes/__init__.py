@@ -1,11 +1,12 @@
 """The SAGO axes. Importing this package registers the built-in axes."""
 
-from . import activation, confidence, generation, mirroring  # noqa: F401 - registration side effects
+from . import activation, confidence, generation, mirroring, posix  # noqa: F401 - registration side effects
 from .activation import activation_instability, activation_relative, between_dispersion
-from .confidence import confidence_instability
+from .confidence import confidence_instability, confidence_prob_instability
 from .correctness import choice_index, correctness_summary, is_correct, variant_correct
 from .generation import generation_instability
 from .mirroring import mirroring_instability
+from .posix import posix_index
 from .registry import (
     ACCURACY,
     ACCURACY_ALL,
@@ -44,6 +45,7 @@ __all__ = [
     "between_dispersion",
     "choice_index",
     "confidence_instability",
+    "confidence_prob_instability",
     "correctness_summary",
     "generation_instability",
     "get_axis",
@@ -51,6 +53,7 @@ __all__ = [
     "is_correct",
     "mirroring_instability",
     "parse_axes",
+    "posix_index",
     "register_axis",
     "variant_correct",
 ]

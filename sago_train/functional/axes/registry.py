@@ -9,7 +9,7 @@ from typing import Any
 from ...errors import SagoInputError, unknown_name_error
 
 # What an axis can ask the extractor for.
-NEEDS = ("hidden", "logprobs", "generations")
+NEEDS = ("hidden", "logprobs", "generations", "response_logprobs", "answer_logprobs")
 
 
 @dataclass
@@ -24,6 +24,12 @@ class GroupInputs:
     # None: hidden holds blocks 0..L-1 in order.
     layers: list[int] | None = None
     logprobs: Any = None  # torch.Tensor [K] mean log-probability of r per variant
+    # torch.Tensor [K, K]: at [i, j] the mean log-probability per token of variant j's greedy response after
+    # variant i's prompt (NaN in column j where that response is empty).
+    response_logprobs: Any = None
+    # torch.Tensor [K]: the mean log-probability per token of the reference after each variant's prompt and the
+    # model's own lead-in to it (logprobs where there is none, or no reference).
+    answer_logprobs: Any = None
     similarity: Callable[[list[str]], Any] | None = None  # texts -> [K, K] similarity matrix
 
 

@@ -24,6 +24,7 @@ from sago_train.functional.axes import (
     activation_instability,
     choice_index,
     confidence_instability,
+    confidence_prob_instability,
     correctness_summary,
     generation_instability,
     get_axis,
@@ -75,7 +76,7 @@ def ref_activation(hidden: np.ndarray) -> tuple[float, list[float], list[float]]
     return value, per_variant.tolist(), per_layer
 
 
-def ref_confidence(lp: list[float]) -> tuple[float, list[float], float]:
+def ref_confidence_prob(lp: list[float]) -> tuple[float, list[float], float]:
     p = [math.exp(x) for x in lp]
     k = len(p)
     value = sum(abs(p[i] - p[j]) for i, j in pairs(k)) / len(pairs(k))
@@ -227,23 +228,23 @@ def test_activation_properties(seed, k, shared, rnd):
     "lp",
     [[-0.1, -0.1], [-0.1, -2.0], [0.0, -1.0, -3.0], [-0.5, -0.7, -0.2, -4.0, -0.01], [-30.0, -0.0001]],
 )
-def test_confidence_matches_reference(lp):
-    got = confidence_instability(torch.tensor(lp))
-    value, per_variant, std = ref_confidence(lp)
+def test_confidence_prob_matches_reference(lp):
+    got = confidence_prob_instability(torch.tensor(lp))
+    value, per_variant, std = ref_confidence_prob(lp)
     assert got.value == pytest.approx(value, abs=1e-6)
     assert got.per_variant == pytest.approx(per_variant, abs=1e-6)
     assert got.extra["logprob_std"] == pytest.approx(std, abs=1e-6)
     assert float(np.mean(got.per_variant)) == pytest.approx(got.value, abs=1e-6)
 
 
-def test_confidence_hand_example():
+def test_confidence_prob_hand_example():
     # p = 1, 0.5, 0.25 -> |1-.5| + |1-.25| + |.5-.25| = 1.5 over 3 pairs
-    got = confidence_instability(torch.tensor([0.0, math.log(0.5), math.log(0.25)]))
+    got = confidence_prob_instability(torch.tensor([0.0, math.log(0.5), math.log(0.25)]))
     assert got.value == pytest.approx(0.5, abs=1e-6)
 
 
-def test_confidence_nan_when_undefined():
-    got = confidence_instability(torch.tensor([-0.1, float("nan"), -0.3]))
+def test_confidence_prob_nan_when_undefined():
+    got = confidence_prob_instability(torch.tensor([-0.1, float("nan"), -0.3]))
     assert math.isnan(got.value) and all(math.isnan(x) for x in got.per_variant)
     assert math.isnan(got.extra["logprob_std"])
 
@@ -253,16 +254,16 @@ def test_confidence_nan_when_undefined():
     st.lists(st.floats(-50.0, 0.0, allow_nan=False), min_size=2, max_size=8),
     st.randoms(use_true_random=False),
 )
-def test_confidence_properties(lp, rnd):
-    v = confidence_instability(torch.tensor(lp, dtype=torch.float64)).value
+def test_confidence_prob_properties(lp, rnd):
+    v = confidence_prob_instability(torch.tensor(lp, dtype=torch.float64)).value
     assert 0.0 <= v <= 1.0
-    assert v == pytest.approx(ref_confidence(lp)[0], abs=1e-6)
+    assert v == pytest.approx(ref_confidence_prob(lp)[0], abs=1e-6)
     shuffled = list(lp)
     rnd.shuffle(shuffled)
-    assert confidence_instability(torch.tensor(shuffled, dtype=torch.float64)).value == pytest.approx(
+    assert confidence_prob_instability(torch.tensor(shuffled, dtype=torch.float64)).value == pytest.approx(
         v, abs=1e-6
     )
-    same = confidence_instability(torch.tensor([lp[0]] * len(lp), dtype=torch.float64))
+    same = confidence_prob_instability(torch.tensor([lp[0]] * len(lp), dtype=torch.float64))
     # (float32 inside mean_pairwise_abs_diff: ~1e-8, not exactly 0)
     assert same.value == pytest.approx(0.0, abs=1e-6) and same.extra["logprob_std"] == pytest.approx(
         0.0, abs=1e-12
@@ -667,7 +668,10 @@ def test_builtin_axes_registered():
         axis = get_axis(name)
         assert axis.name == name and not axis.higher_is_better and axis.description
     assert get_axis("activation").needs == frozenset({"hidden"})
-    assert get_axis("confidence").needs == frozenset({"logprobs"})
+    assert get_axis("confidence").needs == frozenset({"logprobs", "generations", "answer_logprobs"})
+    assert get_axis("confidence_prob").needs == frozenset({"logprobs"})
+    assert get_axis("posix").needs == frozenset({"generations", "response_logprobs"})
+    assert not get_axis("posix").in_instability and get_axis("confidence_prob").in_instability
     assert get_axis("generation").needs == frozenset({"generations"})
     assert get_axis("mirroring").needs == frozenset({"generations"})
 
@@ -683,10 +687,12 @@ def test_registered_axis_functions_use_group_inputs():
         outputs=outputs,
         hidden=hidden,
         logprobs=lp,
+        answer_logprobs=lp - 1.0,
         similarity=get_similarity("token_f1"),
     )
     assert AXES["activation"].fn(g).value == activation_instability(hidden).value
-    assert AXES["confidence"].fn(g).value == confidence_instability(lp).value
+    assert AXES["confidence"].fn(g).value == confidence_instability(lp - 1.0).value
+    assert AXES["confidence_prob"].fn(g).value == confidence_prob_instability(lp).value
     assert AXES["generation"].fn(g).value == pytest.approx(ref_generation(outputs))
     assert AXES["mirroring"].fn(g).value == pytest.approx(0.25)
     with pytest.raises(RuntimeError):

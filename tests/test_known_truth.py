@@ -1,0 +1,77 @@
+"""Signals with a known truth (docs/validity.md): a step whose outputs no longer depend on the question is never
+"more stable" nor "best", on any axis, in the monitor, the report / compare and early stopping; a real fine-tune
+that became right and consistent reads as one on the default axes (the committed SmolLM2 evaluations)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from sago_train import SAGOEarlyStoppingCallback
+from sago_train.analysis.report import paired_against_first
+from sago_train.eval.degenerate import degenerate_sets
+from sago_train.functional import stats
+from sago_train.functional.axes import DEFAULT_AXES
+from sago_train.integrations.monitor import MonitorState
+from sago_train.results.evaluation import Evaluation
+
+AXES = ("confidence", "generation", "mirroring", "activation")
+N = 12
+
+
+def _step(step: int, scale: float, outputs) -> Evaluation:
+    """A set of N groups: axis values ``scale`` x a fixed per-group pattern, every variant right."""
+    rng = np.random.default_rng(7)
+    base = rng.uniform(0.2, 0.6, (N, len(AXES)))
+    recs = [{"id": f"g{i}", "variants": [f"What is fact {i}?", f"Tell me fact {i}."], "reference": f"answer{i}",
+             "outputs": outputs(i), "correct": [True, True],
+             "axes": {a: float(scale * base[i, j] + 0.001 * step) for j, a in enumerate(AXES)}} for i in range(N)]
+    return Evaluation.from_records(step, {"s": recs})
+
+
+def healthy(step: int, scale: float) -> Evaluation:
+    return _step(step, scale, lambda i: [f"answer{i}.", f"It is answer{i}."])
+
+
+def collapsed(step: int, scale: float) -> Evaluation:
+    return _step(step, scale, lambda i: ["Coyote.", "Coyote."])  # one answer to every question
+
+
+def test_a_collapse_is_detected_only_where_it_is_new():
+    assert degenerate_sets(collapsed(5, 0.3)) == {"s"} and degenerate_sets(healthy(5, 0.3)) == set()
+    assert degenerate_sets(collapsed(5, 0.3), collapsed(0, 1.0)) == set()  # it ignored the question from the start
+
+
+def test_a_collapsed_step_is_never_more_stable_in_report_or_compare():
+    rows = paired_against_first([healthy(0, 1.0), collapsed(5, 0.3)])
+    stability = [r for r in rows if r["axis"] in AXES]
+    assert stability and all(r["outcome"] == stats.DEGENERATE for r in stability), stability
+    assert all("more stable" not in r["verdict"] and "degenerate" in r["verdict"] for r in stability)
+    # The same drop without the collapse is more stable.
+    rows = paired_against_first([healthy(0, 1.0), healthy(5, 0.3)])
+    assert all(r["outcome"] == stats.BETTER for r in rows if r["axis"] in AXES)
+
+
+def test_a_collapsed_step_is_never_the_monitors_best_nor_better_than_the_baseline(tmp_path):
+    monitor = MonitorState(tmp_path)
+    monitor.observe(healthy(0, 1.0))
+    monitor.observe(healthy(5, 0.8))
+    changes = monitor.compare(collapsed(10, 0.3))
+    monitor.observe(collapsed(10, 0.3))
+    for axis in AXES:
+        assert monitor.best[("s", axis)].step == 5, axis
+        assert changes["s"][axis]["vs_baseline"]["verdict"] == stats.DEGENERATE
+    assert monitor.compare(healthy(15, 0.3))["s"]["generation"]["vs_baseline"]["verdict"] == stats.BETTER
+
+
+@pytest.mark.parametrize("axis", AXES)
+def test_early_stopping_never_takes_a_collapsed_step_as_best(axis):
+    cb = SAGOEarlyStoppingCallback(f"sago/s/{axis}", patience=2)
+    args = TrainingArguments(output_dir="/tmp/unused", report_to=[])
+    for ev in (healthy(0, 1.0), healthy(5, 0.8), collapsed(10, 0.3), healthy(15, 0.7)):
+        cb.on_sago_evaluate(args, TrainerState(global_step=ev.step), TrainerControl(), result=None, evaluation=ev)
+    assert cb.best_step == 15
+    assert [d.get("degenerate") is not None for d in cb.decisions] == [False, False, True, False]
