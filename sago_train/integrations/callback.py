@@ -32,6 +32,7 @@ from ..eval.plan import has_correctness
 from ..functional.axes import ACCURACY, INSTABILITY
 from ..functional.formatting import printable
 from ..io import set_aside
+from ..model.tokenize import resolve_chat_template
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
 from .early_stopping import check_target
@@ -87,6 +88,8 @@ class SAGOCallback(TrainerCallback):
         self.fingerprints = set_fingerprints(self.sets, self.config)
         self.tokenizer = tokenizer
         self.soft_failures = soft_failures
+        #: How warnings name a remedy: this callback's arguments (``sago-train run`` sets ``recipe``: its keys).
+        self.remedy_style = "callback"
         self.trainer: Any | None = None
         self.monitor: MonitorState | None = None
         self.schedule = Schedule(self.options)
@@ -123,7 +126,23 @@ class SAGOCallback(TrainerCallback):
             guard_reporters(trainer)
         for cb in trainer.callback_handler.callbacks:
             self.add_listener(cb)
+        self._check_rendering(trainer)
         return self
+
+    def _check_rendering(self, trainer: Any) -> None:
+        """Warn when the Trainer's variant-group collator renders string prompts otherwise than this callback's
+        evaluations do (the model would be judged on another prompt format than it is trained on)."""
+        renderer = getattr(getattr(trainer, "data_collator", None), "renderer", None)
+        if renderer is None or not hasattr(renderer, "chat_template"):
+            return
+        try:
+            wanted = resolve_chat_template(self.config.chat_template, renderer.tokenizer)
+        except SagoInputError:
+            return  # the evaluator refuses the rule itself, with its own message
+        if wanted != renderer.chat_template:
+            logger.warning("sago: training renders string prompts with chat template '%s' but SAGOCallback evaluates "
+                           "them with '%s'; give the trainer chat_template='%s' (or the collator the same rule)",
+                           renderer.chat_template, wanted, self.config.chat_template)
 
     def add_listener(self, listener: Any) -> None:
         """Objects with ``on_sago_evaluate(args, state, control, *, evaluation, monitor, ...)`` (early stopping);
@@ -275,7 +294,7 @@ class SAGOCallback(TrainerCallback):
     def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int,
                        generation: bool = True) -> Evaluation:
         return run_evaluator(model, tokenizer, self.sets, self.config, step, disable_bar=args.disable_tqdm,
-                             generation=generation)
+                             generation=generation, remedy_style=self.remedy_style)
 
     def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                   kwargs: dict[str, Any], complete: bool = False) -> dict[str, float]:
