@@ -293,6 +293,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
             options = MonitorOptions(**{f.name: getattr(recipe.monitor, f.name) for f in dataclasses.fields(MonitorOptions)})
             callbacks.append(SAGOCallback(sets, options, overwrite=overwrite or options.overwrite,
                                           new_baseline=new_baseline or options.new_baseline, config=config))
+            callbacks[-1].remedy_style = "recipe"  # its warnings name the recipe's keys
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
                                  hint=err.hint) from None

@@ -94,17 +94,20 @@ def is_oom(err: BaseException) -> bool:
 
 
 def run_evaluator(model: Any, tokenizer: Any, sets: Mapping[str, VariantSet], config: SAGOConfig, step: int, *,
-                  disable_bar: bool, generation: bool = True) -> Evaluation:
+                  disable_bar: bool, generation: bool = True, remedy_style: str = "callback") -> Evaluation:
     """Evaluate ``sets`` with ``config``, every RNG restored afterwards; out of memory on a single process,
-    retry with half the batch (results do not depend on the batch size) down to 1."""
+    retry with half the batch (results do not depend on the batch size) down to 1. ``remedy_style``: how its
+    warnings name a setting (``callback``: SAGOCallback's arguments; ``recipe``: a recipe's keys)."""
     with RNGGuard():
-        return _run_with_retry(model, tokenizer, sets, config, step, disable_bar=disable_bar, generation=generation)
+        return _run_with_retry(model, tokenizer, sets, config, step, disable_bar=disable_bar, generation=generation,
+                               remedy_style=remedy_style)
 
 
 def _run_with_retry(model: Any, tokenizer: Any, sets: Mapping[str, VariantSet], config: SAGOConfig, step: int, *,
-                    disable_bar: bool, generation: bool) -> Evaluation:
+                    disable_bar: bool, generation: bool, remedy_style: str) -> Evaluation:
     while True:
         evaluator = SAGOEvaluator(model, tokenizer, config=config)
+        evaluator.remedy_style = remedy_style
         tick, bar = evaluation_progress(evaluator, sets, step, disable_bar=disable_bar, say=logger.info,
                                         generation=generation)
         try:
