@@ -177,9 +177,9 @@ class SAGOCallback(TrainerCallback):
                 if hasattr(listener, "start_over"):
                     listener.start_over()
         self._done = {step: {} for step in self.monitor.steps()}
-        self._check_listeners(args, state)
-        if main:
+        if main:  # before the listeners' plan: early stopping's start-up line reaches the console
             ensure_console(logging.INFO)
+        self._check_listeners(args, state)
         if self.options.baseline and state.global_step not in self._done and (not resumed or new_baseline):
             self._evaluate(args, state, control, kwargs, complete=True)
 
@@ -224,7 +224,8 @@ class SAGOCallback(TrainerCallback):
     def _check_listeners(self, args: TrainingArguments, state: TrainerState) -> None:
         """Early stopping must watch a monitored set and a computed quantity, and reach its per-look level with
         the groups evaluated: fail before training, not later. Each listener learns the evaluations planned."""
-        for listener in self._listeners:
+        # A stopper over several metrics is checked and planned per metric (its watchers).
+        for listener in [w for x in self._listeners for w in (getattr(x, "watchers", None) or [x])]:
             set_name = getattr(listener, "set_name", None)
             vs = self.sets.get(set_name) if set_name is not None else None
             correctness = vs is not None and has_correctness(vs.groups)
