@@ -163,15 +163,28 @@ class SetProgress:
             self._next += 1
 
 
+class ProgressAwareHandler(logging.StreamHandler):
+    """A log handler that never glues a line to a progress bar: each line goes through ``tqdm.write``, which
+    clears the bars drawn on the terminal (the Trainer's, SAGO's own), prints the line on a line of its own and
+    redraws the bars below it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except Exception:  # noqa: BLE001 - logging must never raise (as logging.StreamHandler)
+            self.handleError(record)
+
+
 def ensure_console(level: int) -> None:
     """Show ``sago_train``'s log lines (the cost line, per-set progress) on stderr when nobody configured logging:
     Python drops INFO lines otherwise. Does nothing when the application (or pytest) has set up a handler."""
-    import logging
-
     lib = logging.getLogger("sago_train")
     if lib.handlers or logging.getLogger().handlers:
         return
-    handler = logging.StreamHandler()
+    handler = ProgressAwareHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
     lib.addHandler(handler)
     lib.setLevel(level)

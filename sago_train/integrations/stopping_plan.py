@@ -29,10 +29,17 @@ def start_line(stopper: Any, steps: Sequence[int] | None) -> str:
                 f"min_delta={stopper.min_delta:g}; no error control")
     counted = [int(s) for s in steps or [] if stopper.counts(int(s))]
     ref = counted[:stopper.patience]
-    ref_text = f"steps {', '.join(map(str, ref))}" if len(ref) == stopper.patience else "not planned"
+    if steps is None:
+        ref_text = "steps not planned"
+    elif len(ref) == stopper.patience:
+        ref_text = f"steps {', '.join(map(str, ref))}"
+    else:
+        ref_text = f"only {len(ref)} planned evaluation(s) count"
     share = f", alpha {stopper.alpha:g} its share of {stopper.split} metrics" if stopper.split > 1 else ""
     if stopper.looks is None:
         looks = f"looks not planned (automatic cadence): look k at alpha * 10 / ((k + 9)(k + 10)), {stopper.level(1):.3g} first"
+    elif stopper.looks == 0:
+        looks = "no look planned: it can never stop this run"
     else:
         looks = f"{stopper.looks} planned look(s), each at level {stopper.level(1):.3g} (alpha {stopper.alpha:g} / {stopper.looks or 1})"
     return (f"{head}: reference = the first {stopper.patience} evaluation(s) from step {stopper.reference_step} "
