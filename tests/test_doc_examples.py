@@ -45,7 +45,7 @@ RUN = {
     ("docs/stability-loss.md", 'config = StabilityConfig(mode="consistency"'): "test_consistency_example",
     ("docs/monitoring.md", "parser = TrlParser("): "test_trl_script",
     ("docs/accuracy.md", "result = compare_evaluations("): "test_accuracy_beside_stability_example",
-    ("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback("): "test_early_stopping_examples",
+    ("docs/early-stopping.md", "stop = SAGOEarlyStoppingCallback(["): "test_early_stopping_examples",
     ("docs/early-stopping.md", "stop.plan(64"): "test_early_stopping_examples",
 }
 #: Each Python block that is only parsed (and its imports checked, tests/test_docs.py), with why it is not run.
@@ -238,17 +238,34 @@ def test_callback_example_then_reading_the_run(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("[0, 2] ")
 
 
-def test_early_stopping_examples():
-    """early-stopping.md: a stability stopper and an accuracy guard, both accepted by the SAGOCallback's checks at
-    train start (the bundled paraphrase set has references), each with its own plan; then the plan's arithmetic."""
+def test_early_stopping_examples(caplog):
+    """early-stopping.md: one stopper over stability and accuracy (alpha split between them), accepted by the
+    SAGOCallback's checks at train start (the bundled paraphrase set has references), at a cadence whose cost is
+    said beside it; the start-up line as the page shows it; then the plan's arithmetic."""
+    import logging
+
     from transformers import TrainerState, TrainingArguments
 
-    ns = run_block("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback(", {})
-    sago, stability, forgetting = ns["sago"], ns["stability"], ns["forgetting"]
-    sago.add_listener(stability)
-    sago.add_listener(forgetting)
+    from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
+
+    ns = run_block("docs/early-stopping.md", "stop = SAGOEarlyStoppingCallback([", {})
+    sago, stop = ns["sago"], ns["stop"]
+    # The recipe's cost, said beside it: the automatic cadence within 20% of training (at most ~25%, issue 33).
+    assert sago.options.eval_steps is None and sago.options.overhead_budget == 0.2
+    assert "at most 20% of the training time" in block("docs/early-stopping.md", "stop = SAGOEarlyStoppingCallback([")
+    assert [w.alpha for w in stop.watchers] == [0.025, 0.025]
+    sago.add_listener(stop)
     sago._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
-    assert stability.looks == forgetting.looks == 15  # 20 evaluations after the baseline, patience 3
+    assert [w.looks for w in stop.watchers] == [None, None]  # automatic cadence: the spending sequence
+    planned = SAGOCallback(bundled_sets(), eval_steps=100, generation_every=1)
+    fixed = SAGOEarlyStoppingCallback(stop.metrics, patience=3, alpha=0.05)
+    planned.add_listener(fixed)
+    with caplog.at_level(logging.INFO, logger="sago_train"):
+        planned._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
+    assert [w.looks for w in fixed.watchers] == [15, 15]  # 20 evaluations after the baseline, patience 3
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith(
+        "sago early stopping: sago/paraphrase/activation_rel"))
+    assert block("docs/early-stopping.md", "sago early stopping: sago/", "text").strip() == line
     ns = run_block("docs/early-stopping.md", "stop.plan(64", {})
     assert ns["stop"].looks == 15
 
