@@ -364,7 +364,9 @@ def test_trl_command_and_yaml_parse(tmp_path, monkeypatch):
         assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct" and training_args.output_dir == "out"
         assert sago_args.sago_config().max_groups == 64
         assert list(sago_args.variant_sets()) == ["paraphrase", "typo"]
-        assert sago_args.early_stopping_kwargs()["metric"] == "sago/paraphrase/activation"
+    # The command line watches stability and accuracy with one stopper (issue 33); the YAML one metric.
+    assert parsed[0][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/activation,sago/paraphrase/accuracy"
+    assert parsed[1][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/activation"
     assert parsed[0][3].sago_eval_steps == 100 and parsed[0][3].sago_config().axes == SAGOConfig().axes
     assert parsed[1][3].sago_config().axes == ["activation", "confidence"]
 

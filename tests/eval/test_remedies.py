@@ -8,6 +8,7 @@ import ast
 import json
 import re
 import shlex
+import warnings
 
 import pytest
 
@@ -102,3 +103,31 @@ def test_the_always_rule_refused_without_a_template_names_both_places():
         SAGOConfig(chat_template="always") and SAGOEvaluator(None, make_byte_tokenizer(chat_template=None),
                                                               chat_template="always")
     assert "chat_template 'never'" in err.value.hint and "--chat-template" in err.value.hint
+
+
+def test_under_sago_train_run_the_remedies_are_recipe_keys_that_load(tiny_llama, byte_tokenizer, monkeypatch,
+                                                                     tmp_path):
+    from pathlib import Path
+
+    from sago_train.cli.recipe import load_recipe
+    from sago_train.cli.runner import build_trainer
+
+    demo = Path(__file__).resolve().parents[2] / "recipes" / "demo.yaml"
+    base = ["--training.report_to=[]"]
+    trainer = build_trainer(load_recipe(demo, base), output_dir=str(tmp_path / "run"))
+    (cb,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, SAGOCallback)]
+    assert cb.remedy_style == "recipe"
+    _patch(monkeypatch, lambda i: "")
+    ev = run_evaluator(tiny_llama, byte_tokenizer, _sets(), cb.config, 0, disable_bar=True,
+                       remedy_style=cb.remedy_style)
+    (note,) = ev.warnings
+    keys = re.findall(r"(monitor\.options\.\w+): ([^),;]+)", note)
+    assert [k for k, _ in keys] == ["monitor.options.chat_template", "monitor.options.max_new_tokens"]
+    for key, value in keys:  # each one, as a recipe override, loads and builds the run
+        recipe = load_recipe(demo, [*base, f"--{key}={value}"])
+        assert str(recipe.monitor.options[key.rsplit(".", 1)[1]]) == value
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # the recipe's collator renders as its monitor evaluates
+            built = build_trainer(recipe, output_dir=str(tmp_path / key))
+        if key.endswith("chat_template"):
+            assert built.data_collator.renderer.rule == value
