@@ -18,10 +18,11 @@ from ..functional.axes.registry import higher_is_better
 from ..functional.formatting import printable
 from ..functional.sequential import look_level, unreachable_look
 from ..results.evaluation import Evaluation
+from .early_stopping_multi import MultiMetricMixin
 from .keys import check_target, parse_metric, parse_metric_or_none
 from .monitor import is_improvement, is_untrained
 from .options import EarlyStoppingOptions
-from .stopping_plan import group_means, span, split_metrics, start_line
+from .stopping_plan import group_means, span, split_metrics, start_line, threshold_look
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     The best evaluation so far is kept (``best_step``, ``best_mean``; never the step-0 baseline with
     ``exclude_baseline``; with ``load_best_model_at_end`` and ``metric_for_best_model`` naming ``metric``, the
     Trainer's best checkpoint). ``sago/<set>/accuracy`` (higher is better) is watched like an axis. Several metrics
-    (a list, or ``"a,b"``): one stopper (:class:`~.early_stopping_multi.MultiMetricEarlyStopping`) tests each at
+    (a list, or ``"a,b"``): one stopper (:class:`MultiMetricEarlyStopping`) tests each at
     ``alpha / M`` (union bound: the run's false-stop rate over all M stays at most ``alpha``) and stops at the first
     that is worse. At train start one line says the metric, its direction, the reference's steps, the planned looks
     and their level; every decision has a ``p_value``. Only evaluations with the watched quantity count
@@ -65,8 +66,6 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     def __new__(cls, metric: Any = "", *args: Any, **kwargs: Any) -> SAGOEarlyStoppingCallback:
         # Several metrics ("a,b" or a list): one stopper over all of them, alpha split by the union bound.
         if cls is SAGOEarlyStoppingCallback and len(split_metrics(metric)) > 1:
-            from .early_stopping_multi import MultiMetricEarlyStopping
-
             return super().__new__(MultiMetricEarlyStopping)
         return super().__new__(cls)
 
@@ -372,24 +371,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         return True
 
     def _threshold_look(self, decision: dict[str, Any], improved: str | None, mean: float) -> bool:
-        """Means only, against the best so far, ``patience`` worse evaluations in a row (no error control)."""
-        if improved is not None:
-            self.counter = 0
-            decision["verdict"] = improved
-            return False
-        if self.best_mean is None:
-            decision["verdict"] = "no best yet"
-            return False
-        delta = (-1.0 if higher_is_better(self.axis) else 1.0) * (mean - self.best_mean)
-        decision["delta"] = delta
-        self.counter = self.counter + 1 if delta > self.min_delta else 0
-        decision["verdict"] = f"worse ({self.counter}/{self.patience})" if self.counter else "not worse"
-        if self.counter < self.patience:
-            return False
-        self.reason = (f"{self.metric} was worse than the best evaluation (step {self.best_step}, mean "
-                       f"{self.best_mean:.4f}) for {self.counter} evaluations in a row (threshold mode: means only, "
-                       f"no error control; min_delta={self.min_delta}); now {mean:.4f}")
-        return True
+        return threshold_look(self, decision, improved, mean)
 
     def _warn_threshold(self) -> None:
         if self.mode == "threshold":
@@ -401,3 +383,9 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message, *(printable(a) if isinstance(a, str) else a for a in args))  # the metric
+
+
+class MultiMetricEarlyStopping(MultiMetricMixin, SAGOEarlyStoppingCallback):
+    """:class:`SAGOEarlyStoppingCallback` over several metrics (:class:`~.early_stopping_multi.MultiMetricMixin`)."""
+
+    _single = SAGOEarlyStoppingCallback

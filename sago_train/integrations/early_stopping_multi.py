@@ -4,9 +4,8 @@ with a probability of at most ``alpha``; training stops at the first metric that
 transformers never warns that "there is already one" (docs/early-stopping.md).
 
 Built by :class:`~sago_train.integrations.early_stopping.SAGOEarlyStoppingCallback` itself when given several
-metrics::
-
-    SAGOEarlyStoppingCallback(["sago/paraphrase/activation_rel", "sago/paraphrase/accuracy"], patience=2)
+metrics (``SAGOEarlyStoppingCallback(["sago/p/activation_rel", "sago/p/accuracy"])``): the class
+``MultiMetricEarlyStopping`` there is :class:`MultiMetricMixin` on it. This module does not import it (no cycle).
 """
 
 from __future__ import annotations
@@ -17,22 +16,27 @@ from typing import Any
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from ..errors import SagoInputError
-from .early_stopping import SAGOEarlyStoppingCallback
 from .options import EarlyStoppingOptions
 from .stopping_plan import split_metrics
 
 logger = logging.getLogger(__name__)
 
 
-class MultiMetricEarlyStopping(SAGOEarlyStoppingCallback):
-    """:class:`SAGOEarlyStoppingCallback` over several metrics: :attr:`watchers` holds one single-metric stopper
-    per metric, each at ``alpha / M``; the :class:`~sago_train.SAGOCallback` plans and checks each watcher.
+class MultiMetricMixin:
+    """Early stopping over several metrics: :attr:`watchers` holds one single-metric stopper (``_single``, the
+    class it is mixed into) per metric, each at ``alpha / M``; the :class:`~sago_train.SAGOCallback` plans and
+    checks each watcher, and every Trainer event is handed to each.
 
     Example:
+        >>> from sago_train import SAGOEarlyStoppingCallback
         >>> stop = SAGOEarlyStoppingCallback("sago/p/activation_rel,sago/p/accuracy", alpha=0.05)
         >>> type(stop).__name__, [w.metric for w in stop.watchers], [w.alpha for w in stop.watchers]
         ('MultiMetricEarlyStopping', ['sago/p/activation_rel', 'sago/p/accuracy'], [0.025, 0.025])
     """
+
+    _single: Any = None  # the single-metric stopper class (set where the mixin is used)
+    _source: Any
+    _started_over: bool
 
     def __init__(self, metric: Any, patience: int = EarlyStoppingOptions.patience,
                  alpha: float = EarlyStoppingOptions.alpha, min_delta: float = EarlyStoppingOptions.min_delta,
@@ -48,7 +52,7 @@ class MultiMetricEarlyStopping(SAGOEarlyStoppingCallback):
         self.patience, self.alpha, self.min_delta, self.mode = patience, float(alpha), float(min_delta), mode
         self.exclude_baseline, self.reference_step = exclude_baseline, reference_step
         self.split = len(metrics)
-        self.watchers = [SAGOEarlyStoppingCallback(m, patience, self.alpha / len(metrics), min_delta, mode,
+        self.watchers = [self._single(m, patience, self.alpha / len(metrics), min_delta, mode,
                                                    exclude_baseline, reference_step) for m in metrics]
         for w in self.watchers:
             w.split = len(metrics)
@@ -58,26 +62,26 @@ class MultiMetricEarlyStopping(SAGOEarlyStoppingCallback):
 
     # ------------------------------------------------------------------ what the watchers say
     @property
-    def decisions(self) -> list[dict[str, Any]]:  # type: ignore[override]
+    def decisions(self) -> list[dict[str, Any]]:
         """Every watcher's decisions, each with its ``metric``, in step order."""
         rows = [{"metric": w.metric, **d} for w in self.watchers for d in w.decisions]
         return sorted(rows, key=lambda d: d["step"])
 
     @property
-    def stopped(self) -> SAGOEarlyStoppingCallback | None:
+    def stopped(self) -> Any:
         """The watcher that stopped training, else None."""
         return next((w for w in self.watchers if w.stopped_step is not None), None)
 
     @property
-    def stopped_step(self) -> int | None:  # type: ignore[override]
+    def stopped_step(self) -> int | None:
         return None if self.stopped is None else self.stopped.stopped_step
 
     @property
-    def reason(self) -> str | None:  # type: ignore[override]
+    def reason(self) -> str | None:
         return None if self.stopped is None else self.stopped.reason
 
     @property
-    def best_step(self) -> dict[str, int | None]:  # type: ignore[override]
+    def best_step(self) -> dict[str, int | None]:
         return {w.metric: w.best_step for w in self.watchers}
 
     def _fresh_state(self) -> None:

@@ -56,3 +56,25 @@ def group_means(entries: list[dict[str, Any]]) -> dict[str, float]:
 
 def span(steps: list[int]) -> str:
     return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+
+def threshold_look(self: Any, decision: dict[str, Any], improved: str | None, mean: float) -> bool:
+    """The threshold-mode look of the stopper ``self``: means only, against the best so far, ``patience`` worse
+    evaluations in a row (no error control)."""
+    if improved is not None:
+        self.counter = 0
+        decision["verdict"] = improved
+        return False
+    if self.best_mean is None:
+        decision["verdict"] = "no best yet"
+        return False
+    delta = (-1.0 if higher_is_better(self.axis) else 1.0) * (mean - self.best_mean)
+    decision["delta"] = delta
+    self.counter = self.counter + 1 if delta > self.min_delta else 0
+    decision["verdict"] = f"worse ({self.counter}/{self.patience})" if self.counter else "not worse"
+    if self.counter < self.patience:
+        return False
+    self.reason = (f"{self.metric} was worse than the best evaluation (step {self.best_step}, mean "
+                   f"{self.best_mean:.4f}) for {self.counter} evaluations in a row (threshold mode: means only, "
+                   f"no error control; min_delta={self.min_delta}); now {mean:.4f}")
+    return True

@@ -13,7 +13,7 @@ from transformers import TrainerState, TrainingArguments
 from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
 from sago_train import SAGOArguments, SAGOCallback, SAGOEarlyStoppingCallback, SagoInputError
-from sago_train.integrations.early_stopping_multi import MultiMetricEarlyStopping
+from sago_train.integrations.early_stopping import MultiMetricEarlyStopping
 
 from .._helpers.trainer import make_trainer, variant_set
 from .test_early_stopping import _accuracy_snap, feed, snap
