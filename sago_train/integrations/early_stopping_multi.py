@@ -101,7 +101,19 @@ class MultiMetricMixin:
         return {"args": {"metric": self.metric, "patience": self.patience, "alpha": self.alpha,
                          "min_delta": self.min_delta, "mode": self.mode, "exclude_baseline": self.exclude_baseline,
                          "reference_step": self.reference_step},
-                "attributes": {"watchers": [w.state()["attributes"] for w in self.watchers]}}
+                "attributes": {"watcher_states": self.watcher_states}}
+
+    @property
+    def watcher_states(self) -> list[dict[str, Any]]:
+        """Each watcher's saved attributes (what a checkpoint keeps); set, they restore the watchers (as
+        transformers' ``ExportableState.from_state`` and a resume do)."""
+        return [w.state()["attributes"] for w in self.watchers]
+
+    @watcher_states.setter
+    def watcher_states(self, states: list[dict[str, Any]]) -> None:
+        for w, attributes in zip(self.watchers, states):
+            for key, value in attributes.items():
+                setattr(w, key, value)
 
     # ------------------------------------------------------------------ Trainer events, handed to every watcher
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
@@ -114,9 +126,7 @@ class MultiMetricMixin:
         saved = state.stateful_callbacks.get(type(self).__name__)
         for item in saved if isinstance(saved, list) else [saved]:
             if isinstance(item, dict) and item.get("args", {}).get("metric") == self.metric:
-                for w, attributes in zip(self.watchers, item.get("attributes", {}).get("watchers", [])):
-                    for key, value in attributes.items():
-                        setattr(w, key, value)
+                self.watcher_states = item.get("attributes", {}).get("watcher_states", [])
                 logger.info("sago early stopping: restored the state of %d metrics from the checkpoint",
                             len(self.watchers))
                 return

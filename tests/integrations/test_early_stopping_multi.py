@@ -9,7 +9,7 @@ import logging
 import numpy as np
 import pytest
 import transformers
-from transformers import TrainerState, TrainingArguments
+from transformers import TrainerControl, TrainerState, TrainingArguments
 from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
 from sago_train import SAGOArguments, SAGOCallback, SAGOEarlyStoppingCallback, SagoInputError
@@ -74,6 +74,25 @@ def test_one_stopper_over_stability_and_accuracy_splits_alpha():
     assert all(isinstance(d["p_value"], float) for d in stop.decisions)
     with pytest.raises(SagoInputError, match="twice"):
         SAGOEarlyStoppingCallback("sago/s/activation,sago/s/activation")
+
+
+def test_the_state_of_every_metric_round_trips_as_transformers_restores_it():
+    import json
+
+    rng = np.random.default_rng(3)
+    stop = SAGOEarlyStoppingCallback("sago/s/activation,sago/s/accuracy", patience=2)
+    feed(stop, [_accuracy_snap(t + 1, rng.uniform(0.6, 0.9, 24), rng) for t in range(3)])
+    saved = json.loads(json.dumps(stop.state()))
+    back = type(stop).from_state(saved)
+    assert isinstance(back, MultiMetricEarlyStopping)
+    assert [w.reference for w in back.watchers] == [w.reference for w in stop.watchers]
+    assert [len(w.reference) for w in back.watchers] == [2, 2] and back.decisions == stop.decisions
+    # A resume restores it at train start, as the single-metric stopper is restored.
+    resumed = SAGOEarlyStoppingCallback("sago/s/activation,sago/s/accuracy", patience=2)
+    state = TrainerState(global_step=3)
+    state.stateful_callbacks = {"MultiMetricEarlyStopping": saved}
+    resumed.on_train_begin(ARGS, state, TrainerControl())
+    assert resumed.decisions == stop.decisions and [w.looks_done for w in resumed.watchers] == [0, 0]
 
 
 def test_the_manuals_recipe_needs_one_callback_in_a_trainer(tmp_path, caplog):
