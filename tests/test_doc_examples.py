@@ -45,7 +45,7 @@ RUN = {
     ("docs/stability-loss.md", 'config = StabilityConfig(mode="consistency"'): "test_consistency_example",
     ("docs/monitoring.md", "parser = TrlParser("): "test_trl_script",
     ("docs/accuracy.md", "result = compare_evaluations("): "test_accuracy_beside_stability_example",
-    ("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback("): "test_early_stopping_examples",
+    ("docs/early-stopping.md", "stop = SAGOEarlyStoppingCallback(["): "test_early_stopping_examples",
     ("docs/early-stopping.md", "stop.plan(64"): "test_early_stopping_examples",
 }
 #: Each Python block that is only parsed (and its imports checked, tests/test_docs.py), with why it is not run.
@@ -184,24 +184,16 @@ def _tokenized_train_ds(tokenizer: Any, length: int = 16) -> list[dict[str, list
     return out
 
 
-@pytest.mark.slow
 def test_readme_callback_example(tmp_path, monkeypatch):
-    """The README's callback in a TRL SFTTrainer, on the tiny model and the demo's prompt/completion records."""
-    from datasets import Dataset
-    from trl import SFTConfig
-
+    """Quick start 2 of the README runs as written (issue 33: it read sets/paraphrase.jsonl and used model and
+    args it never defined): a TRL SFTTrainer on the shipped tiny model and the bundled sets, nothing given."""
     monkeypatch.chdir(tmp_path)
-    copy_bundled_sets(["paraphrase", "typo"])
-    model, tokenizer = load_tiny_model()
-    args = SFTConfig("out", max_steps=2, per_device_train_batch_size=4, report_to=[], save_strategy="no",
-                     disable_tqdm=True, bf16=False, gradient_checkpointing=False)
-    ns = run_block("README.md", "sago = SAGOCallback(", {"model": model, "tokenizer": tokenizer, "args": args,
-                                                         "train_ds": Dataset.from_list(_demo_records())})
+    ns = run_block("README.md", "sago = SAGOCallback(", {})
     trainer, sago = ns["trainer"], ns["sago"]
-    assert trainer.state.global_step == 2 and not sago.failures
-    assert_sago_logged(trainer.state.log_history, [0, 2], ["paraphrase", "typo"], sago.config.axes)
+    assert trainer.state.global_step == 4 and not sago.failures
+    assert_sago_logged(trainer.state.log_history, [0, 4], sorted(bundled_sets()), sago.config.axes)
     history = [json.loads(line) for line in (tmp_path / "out" / "sago" / "history.jsonl").read_text().splitlines()]
-    assert [h["step"] for h in history] == [0, 2]
+    assert [h["step"] for h in history] == [0, 4]
     assert all(h["sets"]["typo"]["activation_rel"]["n"] == len(bundled_sets()["typo"].groups) for h in history)
 
 
@@ -238,17 +230,34 @@ def test_callback_example_then_reading_the_run(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("[0, 2] ")
 
 
-def test_early_stopping_examples():
-    """early-stopping.md: a stability stopper and an accuracy guard, both accepted by the SAGOCallback's checks at
-    train start (the bundled paraphrase set has references), each with its own plan; then the plan's arithmetic."""
+def test_early_stopping_examples(caplog):
+    """early-stopping.md: one stopper over stability and accuracy (alpha split between them), accepted by the
+    SAGOCallback's checks at train start (the bundled paraphrase set has references), at a cadence whose cost is
+    said beside it; the start-up line as the page shows it; then the plan's arithmetic."""
+    import logging
+
     from transformers import TrainerState, TrainingArguments
 
-    ns = run_block("docs/early-stopping.md", "forgetting = SAGOEarlyStoppingCallback(", {})
-    sago, stability, forgetting = ns["sago"], ns["stability"], ns["forgetting"]
-    sago.add_listener(stability)
-    sago.add_listener(forgetting)
+    from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
+
+    ns = run_block("docs/early-stopping.md", "stop = SAGOEarlyStoppingCallback([", {})
+    sago, stop = ns["sago"], ns["stop"]
+    # The recipe's cost, said beside it: the automatic cadence within 20% of training (at most ~25%, issue 33).
+    assert sago.options.eval_steps is None and sago.options.overhead_budget == 0.2
+    assert "at most 20% of training time" in block("docs/early-stopping.md", "stop = SAGOEarlyStoppingCallback([")
+    assert [w.alpha for w in stop.watchers] == [0.025, 0.025]
+    sago.add_listener(stop)
     sago._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
-    assert stability.looks == forgetting.looks == 15  # 20 evaluations after the baseline, patience 3
+    assert [w.looks for w in stop.watchers] == [None, None]  # automatic cadence: the spending sequence
+    planned = SAGOCallback(bundled_sets(), eval_steps=100, generation_every=1)
+    fixed = SAGOEarlyStoppingCallback(stop.metrics, patience=3, alpha=0.05)
+    planned.add_listener(fixed)
+    with caplog.at_level(logging.INFO, logger="sago_train"):
+        planned._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
+    assert [w.looks for w in fixed.watchers] == [15, 15]  # 20 evaluations after the baseline, patience 3
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith(
+        "sago early stopping: sago/paraphrase/activation_rel"))
+    assert block("docs/early-stopping.md", "sago early stopping: sago/", "text").strip() == line
     ns = run_block("docs/early-stopping.md", "stop.plan(64", {})
     assert ns["stop"].looks == 15
 
@@ -355,7 +364,9 @@ def test_trl_command_and_yaml_parse(tmp_path, monkeypatch):
         assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct" and training_args.output_dir == "out"
         assert sago_args.sago_config().max_groups == 64
         assert list(sago_args.variant_sets()) == ["paraphrase", "typo"]
-        assert sago_args.early_stopping_kwargs()["metric"] == "sago/paraphrase/activation"
+    # The command line watches stability and accuracy with one stopper (issue 33); the YAML one metric.
+    assert parsed[0][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/activation,sago/paraphrase/accuracy"
+    assert parsed[1][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/activation"
     assert parsed[0][3].sago_eval_steps == 100 and parsed[0][3].sago_config().axes == SAGOConfig().axes
     assert parsed[1][3].sago_config().axes == ["activation", "confidence"]
 
@@ -364,3 +375,31 @@ def test_yaml_blocks_are_run():
     """The only YAML block is the TRL script's config, which the test above parses."""
     blocks = [(page_name(p), b) for p in PAGES for _, b in fenced_blocks(p, "yaml")]
     assert [(page, "sago_sets:" in b) for page, b in blocks] == [("docs/monitoring.md", True)]
+
+
+def test_every_monitoring_recipe_says_what_it_costs():
+    """Issue 33: the manual's early-stopping recipe cost 145% of training, unsaid. Every SAGOCallback a Python
+    block of the README or the manual builds has its cost beside it (the comment line above it: a share of
+    training time), and one without eval_steps keeps within that share: the automatic cadence's budget."""
+    import re
+
+    seen = 0
+    for page in PAGES:
+        for _, body in fenced_blocks(page, "python"):
+            lines = body.splitlines()
+            for i, line in enumerate(lines):
+                code = line.split("#")[0]  # a mention in a comment builds nothing
+                if "SAGOCallback(" not in code or "SAGOCallback.from_args" in code:
+                    continue
+                if "=" not in code.split("SAGOCallback(")[0] and "callbacks=[" not in code:
+                    continue
+                above = next((x for x in reversed(lines[:i]) if x.strip()), "")
+                said = re.search(r"at most (\d+)% of training time", above)
+                assert said, f"{page_name(page)}: {line.strip()} (no cost said above it)"
+                assert int(said.group(1)) <= 25
+                if "eval_steps" not in line:
+                    budget = re.search(r"overhead_budget=([0-9.]+)", line)
+                    assert int(said.group(1)) == round(100 * (float(budget.group(1)) if budget else 0.05))
+                seen += 1
+    assert seen >= 5
+

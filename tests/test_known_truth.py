@@ -4,8 +4,6 @@ that became right and consistent reads as one on the default axes (the committed
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -14,7 +12,6 @@ from sago_train import SAGOEarlyStoppingCallback
 from sago_train.analysis.report import paired_against_first
 from sago_train.eval.degenerate import degenerate_sets
 from sago_train.functional import stats
-from sago_train.functional.axes import DEFAULT_AXES
 from sago_train.integrations.monitor import MonitorState
 from sago_train.results.evaluation import Evaluation
 

@@ -36,7 +36,7 @@ from ..functional import stats, verdict_rule
 from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
 from ..functional.axes.registry import higher_is_better
 from ..functional.formatting import constant_line, fmt_num, fmt_p, p_text
-from ..functional.wording import READ_BESIDE, change_words, set_context
+from ..functional.wording import READ_BESIDE, change_words, comparison_sentence, set_context
 from ..io import atomic_write_text, check_output_path
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 from ..results.layout import HISTORY, REPORT_MD, report_files, report_plot
@@ -118,6 +118,11 @@ def is_significant(row: dict[str, Any]) -> bool:
     return bool(row.get("n")) and row.get("outcome") in (stats.BETTER, stats.WORSE)
 
 
+def is_baseline(ev: Evaluation) -> bool:
+    """Whether ``ev`` measured a model before training: a run's step-0 evaluation (its baseline)."""
+    return ev.step == 0
+
+
 def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, seed: int = 0) -> list[dict[str, Any]]:
     """Each evaluation after the first against the first, per shared set and axis, paired by group id.
 
@@ -172,10 +177,12 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                              "p_less_stable": v.p_worse, "p_more_stable": v.p_better, "outcome": outcome,
                              "verdict": v.words() if outcome == v.verdict else change_words(axis, outcome)})
             # The words of a set's verdicts read its accuracy and between-group dispersion verdicts.
-            context = set_context({r["axis"]: r.get("outcome", "") for r in rows[first:]})
+            # "A collapse" only against a baseline (the model before training), never against another trained one.
+            context = set_context({r["axis"]: r.get("outcome", "") for r in rows[first:]},
+                                  against_baseline=is_baseline(ref))
             for r in rows[first:]:
                 if r.get("outcome") in (stats.BETTER, stats.WORSE, stats.DEGENERATE):
-                    r["verdict"] = f"{ev.label} {change_words(r['axis'], r['outcome'], **context)}"
+                    r["verdict"] = comparison_sentence(ev.label, r["axis"], r["outcome"], ref.label, **context)
     return stats.to_jsonable(rows)
 
 
@@ -377,7 +384,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
         untested = [f"`{r['set']}`/{r['axis']}" for r in rows if not r.get("n") or r.get("outcome") == stats.NOT_ENOUGH]
         if significant:
             md.append("Significant differences:")
-            md += [f"- set `{r['set']}`, {r['axis']}: {r['verdict']} than `{ref}` "
+            md += [f"- set `{r['set']}`, {r['axis']}: {r['verdict']} "
                    f"(difference {fmt_num(r['mean_diff'])} [{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}], "
                    f"{p_text(r['p_less_stable'] if r['outcome'] == stats.WORSE else r['p_more_stable'])})"
                    for r in significant]

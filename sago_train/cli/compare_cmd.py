@@ -15,8 +15,11 @@ from ..io import atomic_write_json, check_output_path
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "compare",
-        help="rank models/checkpoints per set; Kendall's tau and rank reversals between sets",
-        description="Rank evaluations per variant set on each axis (lower instability = better; accuracy: "
+        help="rank models/checkpoints per set; two entries: the paired verdict per set and quantity; more: "
+        "Kendall's tau and rank reversals between sets",
+        description="Two entries (base vs fine-tune): the second against the first per set and quantity, groups "
+        "paired by id (difference, 95%% CI, one-sided Wilcoxon p, verdict), beside the rankings. "
+        "Rank evaluations per variant set on each axis (lower instability = better; accuracy: "
         "higher = better), with Kendall's tau between the sets' rankings and the pairs whose order flips from one "
         "set to another. A directory is an evaluation directory ('sago-train eval --out') or a training run's "
         "output_dir (its last evaluation); RUN_DIR@STEP picks the evaluation at that step, so checkpoints of one "
@@ -94,7 +97,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
         for check in beside.get("checks") or []:
             if check["axis"] == axis:
                 console.print(f"  [red]less accurate[/red]: {esc(check['line'])}")
-        if len(sets) >= 2:
+        if len(sets) >= 2 and len(labels) > 2:  # two entries: tau is +-1 by construction, the paired verdict says more
             tau = Table(title=f"{esc(axis)}: Kendall's tau between the sets' rankings", title_justify="left")
             tau.add_column("")
             for s in sets:
@@ -115,6 +118,8 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
                       "untested": " (untested: no per-group records)"}[f.get("verdict", "untested")]
             console.print(f"  [yellow]rank flip[/yellow] on {esc(axis)}: {esc(o1[0])} beats {esc(o1[1])} on "
                           f"'{esc(s1)}', but {esc(o2[0])} beats {esc(o2[1])} on '{esc(s2)}'{robust}")
+    if result.get("paired") is not None:
+        print_paired(result["paired"], console)
     for note in [*result["notes"], *(beside.get("notes") or [])]:
         console.print(f"note: {esc(note)}")
     # docs/findings.md: the headline claims only robust flips, corrected over every flip that could occur.
@@ -125,6 +130,31 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
         console.print("[bold]no rank reversal[/bold]: the sets order the entries the same way on every axis.")
     for i, line in enumerate(headline):
         console.print(f"[bold]{esc(line)}[/bold]" if i == 0 and not line.startswith("instability") else esc(line))
+
+
+def print_paired(rows: list[dict[str, Any]], console: Any) -> None:
+    """Two entries: the second against the first per set and quantity (stability axes, instability, accuracy),
+    groups paired by id, by the verdict rule of report and the training log."""
+    from rich.table import Table
+
+    from ..functional.formatting import fmt_p
+    from .console import user_text as esc
+
+    if not rows:
+        return
+    t = Table(title=f"paired: {esc(rows[0]['run'])} against {esc(rows[0]['reference'])}, per set and quantity "
+                    "(groups paired by id; difference = second - first)", title_justify="left")
+    for col in ("set", "quantity", "n", "difference \\[95% CI]", "p", "verdict"):
+        t.add_column(col, justify="right" if col in ("n", "p") else "left")
+    for r in rows:
+        if not r.get("n"):
+            t.add_row(esc(r["set"]), esc(r["axis"]), "0", "-", "-", esc(r["verdict"]))
+            continue
+        worse = r.get("outcome") == "worse"
+        t.add_row(esc(r["set"]), esc(r["axis"]), str(r["n"]),
+                  f"{fmt_num(r['mean_diff'])} \\[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]",
+                  fmt_p(r["p_less_stable"] if worse else r["p_more_stable"]), esc(r["verdict"]))
+    console.print(t)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,6 +170,11 @@ def run(args: argparse.Namespace) -> int:
     evals = load_sources(args.dirs, last_only=True)
     result = compare_evaluations(evals, axes=args.axes,  # type: ignore[arg-type]
                                  allow_different_groups=args.allow_different_groups)
+    if len(evals) == 2:  # the most common comparison (base vs fine-tune): the paired verdict per set and quantity
+        from ..analysis.report import paired_against_first
+
+        wanted = set(args.axes or []) | {"accuracy", "accuracy_all", "accuracy_worst_kind", "between_dispersion"}
+        result["paired"] = [r for r in paired_against_first(evals) if not args.axes or r["axis"] in wanted]
     console = make_console()
     print_comparison(result, console)
     if args.json_out:

@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     evaluator = SAGOEvaluator.from_pretrained(
         model_path, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code, config=config
     )
+    evaluator.remedy_style = "cli"  # warnings name flags
     main = distributed.is_main_process()
     console = make_console()
     if args.quiet or not main:

@@ -305,8 +305,9 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         # needs references the set file holds, is checked when training starts).
         stopper = SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
         try:
-            check_target(stopper.set_name, stopper.axis, monitor.sets,
-                         [*monitor_config.axes, "instability", "accuracy"], not_in="in monitor.sets")
+            for w in getattr(stopper, "watchers", None) or [stopper]:  # several metrics: each one checked
+                check_target(w.set_name, w.axis, monitor.sets,
+                             [*monitor_config.axes, "instability", "accuracy"], not_in="in monitor.sets")
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, key="early_stopping.metric",
                                  line=getattr(data.get("early_stopping"), "lines", {}).get("metric")) from None

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  [red]warning[/red]: {esc(warning)}")
     significant = [r for r in result.comparisons if is_significant(r)]
     for r in significant:
-        console.print(f"  {esc(r['set'])}/{esc(r['axis'])}: {esc(r['verdict'])} than {esc(r['reference'])} "
+        console.print(f"  {esc(r['set'])}/{esc(r['axis'])}: {esc(r['verdict'])} "
                       f"(difference {fmt_num(r['mean_diff'])} [{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}])")
     # Too few groups is said, never folded into "no difference".
     untested = [r for r in result.comparisons if not r.get("n") or r.get("outcome") == NOT_ENOUGH]

@@ -32,34 +32,11 @@ from ..results.store import read_history
 from ..threads import configure_torch_threads
 from ..training.collator import VariantGroupCollator, group_of
 from ..training.config import StabilityConfig
-from ..training.trainer import StabilitySFTTrainer, StabilityTrainer
+from ..training.trainer import StabilitySFTTrainer, StabilityTrainer, rendering_rule
 from .recipe import Recipe
+from .runner_env import wandb_dir_default, wandb_mode_default
 
 logger = logging.getLogger(__name__)
-
-
-def wandb_mode_default() -> None:
-    """W&B runs offline unless the user has logged in (an API key in the environment or ~/.netrc)."""
-    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
-        return
-    netrc = Path.home() / ".netrc"
-    if netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
-        return
-    os.environ["WANDB_MODE"] = "offline"
-
-
-#: WANDB_DIR as the user's environment had it when this module was first imported (None: unset).
-_USER_WANDB_DIR = os.environ.get("WANDB_DIR")
-
-
-def wandb_dir_default(output_dir: str) -> None:
-    """W&B writes its run files under the run's output directory (``<output_dir>/wandb``), not into the current
-    directory, unless the user chose ``WANDB_DIR``. Set per run: several runs in one process (the demo's arms)
-    each get their own."""
-    if _USER_WANDB_DIR is not None:
-        return
-    os.makedirs(output_dir, exist_ok=True)
-    os.environ["WANDB_DIR"] = str(Path(output_dir).resolve())
 
 
 #: Deprecation warnings that other libraries' own code raises in every run, and that no setting of ours avoids:
@@ -293,6 +270,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
             options = MonitorOptions(**{f.name: getattr(recipe.monitor, f.name) for f in dataclasses.fields(MonitorOptions)})
             callbacks.append(SAGOCallback(sets, options, overwrite=overwrite or options.overwrite,
                                           new_baseline=new_baseline or options.new_baseline, config=config))
+            callbacks[-1].remedy_style = "recipe"  # its warnings name the recipe's keys
         except SagoInputError as err:
             raise SagoInputError(err.message, source=recipe.source, key=f"monitor.{err.key}" if err.key else "monitor",
                                  hint=err.hint) from None
@@ -366,9 +344,12 @@ def _make_trainer(recipe: Recipe, fmt: str, args: Any, model: Any, tokenizer: An
     from transformers import DataCollatorForSeq2Seq, Trainer
 
     if fmt == "groups":
+        rule, stops = rendering_rule(callbacks, None, None)  # the monitor's rule: trained as it is evaluated
+        collator = VariantGroupCollator(tokenizer, max_length=recipe.data.max_length, chat_template=rule,
+                                        stop_strings=stops)
         return StabilityTrainer(model=model, args=args, train_dataset=records, eval_dataset=eval_records,
-                                data_collator=VariantGroupCollator(tokenizer, max_length=recipe.data.max_length),
-                                processing_class=tokenizer, callbacks=callbacks, stability_config=stability)
+                                data_collator=collator, processing_class=tokenizer, callbacks=callbacks,
+                                stability_config=stability)
     train = tokenize_sft(records, tokenizer, recipe.data.max_length, src)
     evals = tokenize_sft(eval_records, tokenizer, recipe.data.max_length, src) if eval_records else None
     return Trainer(model=model, args=args, train_dataset=train, eval_dataset=evals, processing_class=tokenizer,

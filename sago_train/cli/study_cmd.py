@@ -126,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"study: {name}: reusing {user_text(target)}")
             continue
         start = time.perf_counter()
-        result = SAGOEvaluator.from_pretrained(path, dtype=args.dtype, config=config).evaluate(sets)
+        evaluator = SAGOEvaluator.from_pretrained(path, dtype=args.dtype, config=config)
+        evaluator.remedy_style = "cli"  # warnings name flags
+        result = evaluator.evaluate(sets)
         result.model = path
         result.write(target)
         timings[name] = time.perf_counter() - start

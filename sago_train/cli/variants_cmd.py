@@ -14,6 +14,8 @@ from ..limits import check_seed
 # Generators run in this fixed order whatever the order of the flags, so the kinds (and so the file) depend
 # only on which options are given and the seed.
 GENERATOR_FLAGS = "--templates, --format, --instructions, --shuffle-options, --typo-rate, --casing, --whitespace"
+#: The most draws per generator (--n): a group's variants are evaluated together.
+MAX_DRAWS = 64
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -21,8 +23,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "variants",
         help="build a variant set (JSONL) from plain examples",
         description="Build a variant set from plain examples: each example becomes one group whose variant 0 is "
-        "the original (kind 'canonical') followed by one variant per selected generator, in the order "
-        f"{GENERATOR_FLAGS}. Seeded and deterministic. An example is a JSON object with 'prompt' (free text) or "
+        "the original (kind 'canonical', a name reserved for it) followed by --n variants per selected generator "
+        f"(kinds typo, typo-2, ...), in the order {GENERATOR_FLAGS}. Seeded and deterministic: each draw has its "
+        "own seed (from --seed, the example and the kind). An example is a JSON object with 'prompt' (free text) or "
         "'question'/'fields', optional 'choices' + 'answer', 'instruction', 'reference', 'id', 'meta'.",
     )
     p.add_argument("--input", required=True, metavar="EXAMPLES.jsonl", help="plain examples (JSONL or a JSON list)")
@@ -42,6 +45,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="character noise: each letter edited with probability R in (0, 1]")
     p.add_argument("--casing", default=None, metavar="MODE", help="lower|upper|title|swap|random casing of the content")
     p.add_argument("--whitespace", action="store_true", help="extra spaces/newlines between words")
+    p.add_argument("--n", type=int, default=1, metavar="K",
+                   help="variants per generator and example, each a seeded draw of its own (default 1): e.g. "
+                   "--templates FILE --n 3 makes 3 paraphrases per group")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     p.set_defaults(func=run)
     return p
@@ -75,7 +81,10 @@ def build_generators(args: argparse.Namespace) -> list[Any]:
             raise SagoInputError(f"{flag}: {err.message}", source=err.source, line=err.line, hint=err.hint) from None
     if not gens:
         raise SagoInputError(f"no generator selected: give at least one of {GENERATOR_FLAGS}")
-    return gens
+    n = getattr(args, "n", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_DRAWS:
+        raise SagoInputError(f"--n: expected an integer in [1, {MAX_DRAWS}], got {n!r}", key="--n")
+    return [g for g in gens for _ in range(n)]  # kinds typo, typo-2, ...: each draw seeded by its own kind
 
 
 def run(args: argparse.Namespace) -> int:

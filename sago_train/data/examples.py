@@ -16,10 +16,10 @@ import yaml
 from ..errors import SagoInputError, did_you_mean, type_name
 from ..io import read_jsonl
 from ..limits import read_bounded_text
+from .group_checks import CANONICAL_KIND  # noqa: F401 - re-exported (its home before)
 from .groups import ANSWER_HINT, ANSWER_NEEDS_CHOICES, check_reference
 from .render import Draft, PromptFormat
 
-CANONICAL_KIND = "canonical"
 EXAMPLE_KEYS = ("id", "prompt", "question", "fields", "choices", "answer", "instruction", "reference", "meta")
 # Group meta key under which generation details are stored (seed, unchanged kinds, per-variant option orders).
 META_KEY = "generation"

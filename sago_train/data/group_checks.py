@@ -91,3 +91,20 @@ def check_choice_orders(meta: dict[str, Any], choices: list[str] | None, k: int)
         if not ok or sorted(order) != list(range(n)):
             raise SagoInputError(f"order {k}: expected each choice index 0..{n - 1} once, got {short_repr(order)}",
                                  key=key)
+
+
+#: The kind of a group's canonical variant (the original, in a built set): reserved for it.
+CANONICAL_KIND = "canonical"
+
+
+def check_canonical_kind(kinds: list[str] | None, canonical: int) -> None:
+    """The kind ``canonical`` names the group's canonical variant and no other: a set whose ``canonical``
+    index points elsewhere would be read as two canonical phrasings."""
+    if kinds is None or CANONICAL_KIND not in kinds:
+        return
+    at = kinds.index(CANONICAL_KIND)
+    if at != canonical:
+        raise SagoInputError(
+            f"kind '{CANONICAL_KIND}' is reserved for the group's canonical variant (index {canonical}), but variant "
+            f"{at} has it", key="kinds",
+            hint=f"rename that variant's kind (e.g. 'original'), or set \"canonical\": {at}")

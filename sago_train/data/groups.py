@@ -26,6 +26,7 @@ from .group_checks import (  # noqa: F401 - ANSWER_*, CHAT_ROLES, reference_alia
     ANSWER_HINT,
     ANSWER_NEEDS_CHOICES,
     CHAT_ROLES,
+    check_canonical_kind,
     check_choice_orders,
     check_messages,
     check_reference,
@@ -234,6 +235,7 @@ def validate_group(g: VariantGroup) -> None:
         raise SagoInputError(
             f"expected a variant index in [0, {len(v) - 1}], got {short_repr(g.canonical)}", key="canonical"
         )
+    check_canonical_kind(g.kinds, g.canonical)
     check_reference(g.reference)
     if g.choices is not None:
         if (

@@ -98,17 +98,63 @@ def cut_at_limit(s: SetEvaluation, stops: StopsOf, tokenizer: Any, max_new_token
     return {"variants": sum(cut), "of": len(cut)} if cut else None
 
 
-def degenerate_warnings(result: Evaluation, stops: StopsOf | None = None) -> list[str]:
+#: Where a remedy is printed, and so how it names a setting: a command-line flag (``cli``), an argument of
+#: ``SAGOCallback`` inside a Trainer script (``callback``), of ``SAGOConfig`` / ``SAGOEvaluator`` (``python``),
+#: or a key of a ``sago-train run`` recipe (``recipe``).
+REMEDY_STYLES = ("cli", "callback", "python", "recipe")
+_FLAGS = {"stop_strings": "--stop"}
+#: The stop that ends a base model's answer at its line.
+NEWLINE_STOP = ["\n"]
+
+
+def setting(name: str, value: Any, style: str) -> str:
+    """A setting as a user types it where the advice is printed.
+
+    Example:
+        >>> setting("chat_template", "never", "cli"), setting("chat_template", "never", "callback")
+        ('--chat-template never', "SAGOCallback(chat_template='never')")
+        >>> print(setting("stop_strings", NEWLINE_STOP, "cli"), setting("stop_strings", NEWLINE_STOP, "callback"))
+        --stop '\\n' SAGOCallback(stop_strings=['\\n'])
+        >>> setting("max_new_tokens", 64, "recipe")
+        'monitor.options.max_new_tokens: 64'
+    """
+    if style == "cli":
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        # On a command line backslash escapes are read ('\\n' is a line break), so they are shown escaped.
+        shown = (" ".join("'" + v.encode("unicode_escape").decode() + "'" for v in value) if isinstance(value, list)
+                 else str(value))
+        return f"{flag} {shown}"
+    if style == "recipe":
+        return f"monitor.options.{name}: {value}"
+    owner = "SAGOCallback" if style == "callback" else "SAGOConfig"
+    return f"{owner}({name}={value!r})"
+
+
+def _causes(cfg: dict[str, Any], chat: Any, style: str, can_chat: bool) -> str:
+    """The likely causes of degenerate outputs, each remedy named as it is set where it is printed; never a
+    chat template for a tokenizer without one."""
+    if chat == "always":
+        fmt = f"the prompt format (chat template 'always'; try {setting('chat_template', 'never', style)})"
+    elif can_chat:
+        fmt = f"the prompt format (chat template 'never'; try {setting('chat_template', 'always', style)})"
+    else:
+        fmt = "the prompt format (string variants fed as they are: this tokenizer has no chat template)"
+    limit = cfg.get("max_new_tokens")
+    more = setting("max_new_tokens", 2 * limit if isinstance(limit, int) else 64, style)
+    return (f"likely causes: {fmt}, stop strings {cfg.get('stop_strings') or []} matching at the start, or "
+            f"max_new_tokens={limit} too small (try {more})")
+
+
+def degenerate_warnings(result: Evaluation, stops: StopsOf | None = None, *, style: str = "python",
+                        can_chat: bool = True) -> list[str]:
     """One line per degenerate set, naming the share and the likely causes; a note per set where some
     generations reached ``max_new_tokens`` before their answer ended (``config["resolved"]
-    ["cut_at_max_new_tokens"]``). ``stops``: the stops of a variant, to read answer spans (else outputs)."""
+    ["cut_at_max_new_tokens"]``). ``stops``: the stops of a variant, to read answer spans (else outputs).
+    ``style`` (:data:`REMEDY_STYLES`): how a remedy names its setting; ``can_chat``: whether the tokenizer has
+    a chat template (else none is suggested)."""
     cfg = result.config
     chat = (cfg.get("resolved") or {}).get("chat_template", cfg.get("chat_template"))
-    causes = (
-        f"likely causes: the prompt format (chat template {chat!r}; try --chat-template "
-        f"{'never' if chat == 'always' else 'always'}), stop strings {cfg.get('stop_strings') or []} "
-        f"matching at the start, or max_new_tokens={cfg.get('max_new_tokens')} too small"
-    )
+    causes = _causes(cfg, chat, style, can_chat)
     notes: list[str] = []
     cut_counts = (cfg.get("resolved") or {}).get("cut_at_max_new_tokens") or {}
     limit = cfg.get("max_new_tokens")
@@ -121,11 +167,12 @@ def degenerate_warnings(result: Evaluation, stops: StopsOf | None = None) -> lis
                     f"answer on its line")
             if share > RUN_ON_SHARE_LIMIT:
                 notes.append(f"{text}, so generation stability and correctness read more (or less) than the "
-                             f"answer; likely causes: max_new_tokens={limit} too small for the answers (raise "
-                             "--max-new-tokens), or a base model continuing on the answer's line (add a stop "
-                             "such as --stop '\\n')")
+                             f"answer; likely causes: max_new_tokens={limit} too small for the answers (raise it: "
+                             f"{setting('max_new_tokens', 2 * limit, style)}), or a base model continuing on the "
+                             f"answer's line (add a stop: {setting('stop_strings', NEWLINE_STOP, style)})")
             else:
-                notes.append(f"{text}; raise --max-new-tokens if answers are cut")
+                notes.append(f"{text}; raise max_new_tokens if answers are cut "
+                             f"({setting('max_new_tokens', 2 * limit, style)})")
         share = empty_share(s, stops)
         if share is not None and share > EMPTY_SHARE_LIMIT:
             notes.append(f"set '{name}': {share:.0%} of generations are empty, so generation stability and "

@@ -23,7 +23,7 @@ from ..functional.similarity import get_similarity
 from ..limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
 from ..model.layers import num_decoder_layers, resolve_layers
 from ..model.loading import load_model_and_tokenizer
-from ..model.tokenize import context_length, encode_continuation, encode_variant, resolve_chat_template
+from ..model.tokenize import PromptRenderer, context_length, encode_continuation
 from ..results.evaluation import Evaluation
 from ..results.group import GroupRecord, mean_instability
 from ..results.sets import SetEvaluation
@@ -50,6 +50,9 @@ class SAGOEvaluator:
         >>> result.sets["paraphrase"].summaries["activation"].mean  # doctest: +SKIP
     """
 
+    #: How warnings name a remedy (degenerate.REMEDY_STYLES): "cli" flags, "callback" SAGOCallback arguments...
+    remedy_style = "python"
+
     def __init__(self, model: nn.Module, tokenizer: Any, config: SAGOConfig | None = None, **options: Any) -> None:
         if config is not None and options:
             raise SagoInputError("pass either config= or keyword options, not both")
@@ -61,19 +64,13 @@ class SAGOEvaluator:
         self._layers: list[int] | None = None
         self._similarity: Callable | None = None
         self.model_name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
-        #: How string variants are fed ("always"/"never"), resolved once from config.chat_template.
-        self.chat_template = resolve_chat_template(self.config.chat_template, tokenizer)
+        #: The one rendering of prompts, shared with training; chat_template: how string variants are fed (resolved).
+        self.renderer = PromptRenderer(tokenizer, self.config.chat_template, self.config.stop_strings)
+        self.chat_template = self.renderer.chat_template
 
     @classmethod
-    def from_pretrained(
-        cls,
-        path: str | Path,
-        *,
-        dtype: str | torch.dtype | None = None,
-        device: str | None = None,
-        trust_remote_code: bool = False,
-        **options: Any,
-    ) -> SAGOEvaluator:
+    def from_pretrained(cls, path: str | Path, *, dtype: str | torch.dtype | None = None, device: str | None = None,
+                        trust_remote_code: bool = False, **options: Any) -> SAGOEvaluator:
         """Load a model (a full model or a PEFT adapter folder) and its tokenizer, then build an evaluator."""
         model, tokenizer = load_model_and_tokenizer(
             path, dtype=dtype, device=device, trust_remote_code=trust_remote_code
@@ -132,7 +129,8 @@ class SAGOEvaluator:
                 if (c := cut_at_limit(r, self.stops_for, self.tokenizer, self.config.max_new_tokens)) is not None},
         }
         result = Evaluation(results, model=self.model_name, config=config, seed=self.config.seed)
-        result.warnings = degenerate_warnings(result, self.stops_for)
+        result.warnings = degenerate_warnings(result, self.stops_for, style=self.remedy_style,
+                                              can_chat=getattr(self.tokenizer, "chat_template", None) is not None)
         return result
 
     def count_sequences(self, sets: SetsLike, generation: bool = True) -> int:
@@ -234,8 +232,7 @@ class SAGOEvaluator:
                 continue
             ref_len = len(encode_continuation(g.primary_reference, tok)) if g.reference else 0
             try:  # one variant at a time: the first too long skips the group before the rest is tokenized
-                prompts = encode_within(g.variants, lambda v: encode_variant(v, tok, chat=self.chat_template == "always"),
-                                        ctx - max(gen_budget, ref_len))
+                prompts = encode_within(g.variants, self.renderer.prompt_ids, ctx - max(gen_budget, ref_len))
             except SagoInputError as err:
                 raise SagoInputError(err.message, source=vs.source, key=err.key, hint=f"group {short_repr(g.id)}") from None
             longest = (prompts if isinstance(prompts, int) else max(len(p) for p in prompts)) + max(gen_budget, ref_len)

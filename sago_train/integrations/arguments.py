@@ -98,10 +98,17 @@ class _SAGOArgumentsMethods:
 
                 SAGOCallback(self._sets, self.monitor_options(), config=sago_config)
             if stopping is not None:
+                from ..eval.plan import has_correctness
                 from .early_stopping import check_target, parse_metric
+                from .stopping_plan import split_metrics
 
                 with _errors_name_flags({"metric": "sago_early_stopping_metric"}):
-                    check_target(*parse_metric(stopping["metric"]), self._sets, [*sago_config.axes, "instability"])
+                    for metric in split_metrics(stopping["metric"]):  # accuracy where a set has references
+                        set_name, axis = parse_metric(metric)
+                        vs = self._sets.get(set_name)
+                        scored = vs is not None and has_correctness(vs.groups)
+                        check_target(set_name, axis, self._sets,
+                                     [*sago_config.axes, "instability", *(["accuracy"] if scored else [])])
 
     def _list_fields(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self)  # type: ignore[arg-type]

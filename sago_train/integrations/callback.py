@@ -32,6 +32,7 @@ from ..eval.plan import has_correctness
 from ..functional.axes import ACCURACY, INSTABILITY
 from ..functional.formatting import printable
 from ..io import set_aside
+from ..model.tokenize import resolve_chat_template
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
 from .early_stopping import check_target
@@ -87,6 +88,8 @@ class SAGOCallback(TrainerCallback):
         self.fingerprints = set_fingerprints(self.sets, self.config)
         self.tokenizer = tokenizer
         self.soft_failures = soft_failures
+        #: How warnings name a remedy: this callback's arguments (``sago-train run`` sets ``recipe``: its keys).
+        self.remedy_style = "callback"
         self.trainer: Any | None = None
         self.monitor: MonitorState | None = None
         self.schedule = Schedule(self.options)
@@ -123,7 +126,23 @@ class SAGOCallback(TrainerCallback):
             guard_reporters(trainer)
         for cb in trainer.callback_handler.callbacks:
             self.add_listener(cb)
+        self._check_rendering(trainer)
         return self
+
+    def _check_rendering(self, trainer: Any) -> None:
+        """Warn when the Trainer's variant-group collator renders string prompts otherwise than this callback's
+        evaluations do (the model would be judged on another prompt format than it is trained on)."""
+        renderer = getattr(getattr(trainer, "data_collator", None), "renderer", None)
+        if renderer is None or not hasattr(renderer, "chat_template"):
+            return
+        try:
+            wanted = resolve_chat_template(self.config.chat_template, renderer.tokenizer)
+        except SagoInputError:
+            return  # the evaluator refuses the rule itself, with its own message
+        if wanted != renderer.chat_template:
+            logger.warning("sago: training renders string prompts with chat template '%s' but SAGOCallback evaluates "
+                           "them with '%s'; give the trainer chat_template='%s' (or the collator the same rule)",
+                           renderer.chat_template, wanted, self.config.chat_template)
 
     def add_listener(self, listener: Any) -> None:
         """Objects with ``on_sago_evaluate(args, state, control, *, evaluation, monitor, ...)`` (early stopping);
@@ -158,9 +177,9 @@ class SAGOCallback(TrainerCallback):
                 if hasattr(listener, "start_over"):
                     listener.start_over()
         self._done = {step: {} for step in self.monitor.steps()}
-        self._check_listeners(args, state)
-        if main:
+        if main:  # before the listeners' plan: early stopping's start-up line reaches the console
             ensure_console(logging.INFO)
+        self._check_listeners(args, state)
         if self.options.baseline and state.global_step not in self._done and (not resumed or new_baseline):
             self._evaluate(args, state, control, kwargs, complete=True)
 
@@ -205,7 +224,8 @@ class SAGOCallback(TrainerCallback):
     def _check_listeners(self, args: TrainingArguments, state: TrainerState) -> None:
         """Early stopping must watch a monitored set and a computed quantity, and reach its per-look level with
         the groups evaluated: fail before training, not later. Each listener learns the evaluations planned."""
-        for listener in self._listeners:
+        # A stopper over several metrics is checked and planned per metric (its watchers).
+        for listener in [w for x in self._listeners for w in (getattr(x, "watchers", None) or [x])]:
             set_name = getattr(listener, "set_name", None)
             vs = self.sets.get(set_name) if set_name is not None else None
             correctness = vs is not None and has_correctness(vs.groups)
@@ -275,7 +295,7 @@ class SAGOCallback(TrainerCallback):
     def _run_evaluator(self, model: Any, tokenizer: Any, args: TrainingArguments, step: int,
                        generation: bool = True) -> Evaluation:
         return run_evaluator(model, tokenizer, self.sets, self.config, step, disable_bar=args.disable_tqdm,
-                             generation=generation)
+                             generation=generation, remedy_style=self.remedy_style)
 
     def _evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                   kwargs: dict[str, Any], complete: bool = False) -> dict[str, float]:

@@ -5,38 +5,27 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
-from ..errors import SagoInputError, did_you_mean, short_repr
+from ..errors import SagoInputError
 from ..eval.degenerate import degenerate_sets
 from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
 from ..functional.formatting import printable
 from ..functional.sequential import look_level, unreachable_look
 from ..results.evaluation import Evaluation
-from .keys import parse_metric, parse_metric_or_none
+from .early_stopping_multi import MultiMetricMixin
+from .keys import check_target, parse_metric, parse_metric_or_none
 from .monitor import is_improvement, is_untrained
 from .options import EarlyStoppingOptions
+from .stopping_plan import group_means, span, split_metrics, start_line, threshold_look
 
 logger = logging.getLogger(__name__)
-
-def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str], *,
-                 not_in: str = "monitored") -> None:
-    """Early stopping must watch a monitored set and a computed axis: the one check, run by a recipe, before
-    training (by :class:`SAGOCallback`) and on every evaluation. ``axes`` includes ``instability``."""
-    sets, axes = list(sets), list(axes)
-    if set_name is not None and set_name not in sets:
-        raise SagoInputError(f"early stopping watches set {short_repr(set_name)}, which is not {not_in} "
-                             f"({', '.join(sets) or 'none'}){did_you_mean(set_name, sets)}", key="metric")
-    if axis is not None and axis not in axes:
-        raise SagoInputError(f"early stopping watches axis {short_repr(axis)}, which is not computed (axes: "
-                             f"{', '.join(axes)})", key="metric")
-
 
 class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     """Stop training when ``metric`` has become significantly worse than a reference fixed in advance, with the
@@ -51,21 +40,20 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     look that is worse. The level is ``alpha / L`` for the ``L`` looks the run plans (:meth:`plan`, called by the
     :class:`SAGOCallback` at train start), so by the union bound a trendless run is stopped with a probability
     of at most ``alpha`` however many evaluations it has; a look past the plan cannot stop; without a plan the
-    levels of :func:`sago_train.functional.sequential.look_level` sum to ``alpha`` over any number of looks. It
-    does *not* answer "worse than the best so far": testing each evaluation against the best at level ``alpha``
-    stopped 11-42% of trendless runs (the best is the luckiest draw). A level the groups cannot reach (a one-sided
-    Wilcoxon p on n groups is at least ``2**-n``) is refused at train start, with the number of groups needed.
+    levels of :func:`sago_train.functional.sequential.look_level` sum to ``alpha`` over any number of looks. Not
+    "worse than the best so far": that stopped 11-42% of trendless runs (the best is the luckiest draw). A level
+    the groups cannot reach (a one-sided Wilcoxon p on n groups is >= ``2**-n``) is refused at train start.
 
-    ``threshold`` mode compares means only (worse than the best so far by more than ``min_delta`` for
-    ``patience`` evaluations in a row), like transformers' ``EarlyStoppingCallback``: it has **no error control**
-    (noise alone stops it) and says so once in the log.
-
-    Either way the best evaluation so far is kept (``best_step``, ``best_mean``; never the step-0 baseline with
-    ``exclude_baseline``, which has no checkpoint; with ``load_best_model_at_end=True`` and
-    ``metric_for_best_model`` naming this ``metric``, the Trainer's best checkpoint). ``sago/<set>/accuracy``
-    (higher is better, from the axis registry) is watched like an axis: a second instance in ``callbacks=[...]``
-    guards against forgetting. Only evaluations that have the watched quantity count (``generation_every``).
-    The state survives checkpoint and resume.
+    ``threshold`` mode compares means only (worse than the best so far by more than ``min_delta`` for ``patience``
+    evaluations in a row), like transformers' ``EarlyStoppingCallback``: **no error control** (said once in the log).
+    The best evaluation so far is kept (``best_step``, ``best_mean``; never the step-0 baseline with
+    ``exclude_baseline``; with ``load_best_model_at_end`` and ``metric_for_best_model`` naming ``metric``, the
+    Trainer's best checkpoint). ``sago/<set>/accuracy`` (higher is better) is watched like an axis. Several metrics
+    (a list, or ``"a,b"``): one stopper (:class:`MultiMetricEarlyStopping`) tests each at
+    ``alpha / M`` (union bound: the run's false-stop rate over all M stays at most ``alpha``) and stops at the first
+    that is worse. At train start one line says the metric, its direction, the reference's steps, the planned looks
+    and their level; every decision has a ``p_value``. Only evaluations with the watched quantity count
+    (``generation_every``). The state survives checkpoint and resume.
 
     Example:
         >>> stopper = SAGOEarlyStoppingCallback("sago/paraphrase/activation", patience=2, alpha=0.05)
@@ -75,6 +63,12 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         >>> stopper.looks, round(stopper.level(1), 6)
         (7, 0.007143)
     """
+
+    def __new__(cls, metric: Any = "", *args: Any, **kwargs: Any) -> SAGOEarlyStoppingCallback:
+        # Several metrics ("a,b" or a list): one stopper over all of them, alpha split by the union bound.
+        if cls is SAGOEarlyStoppingCallback and len(split_metrics(metric)) > 1:
+            return super().__new__(MultiMetricEarlyStopping)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -95,6 +89,8 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.mode = mode
         self.exclude_baseline = exclude_baseline
         self.reference_step = reference_step
+        #: Among how many watched metrics alpha was split (a MultiMetricEarlyStopping's watchers say so).
+        self.split = 1
         self._fresh_state()
         self._source: Any = None  # the SAGOCallback that feeds this one (see connect)
         self._warned: set[str] = set()
@@ -178,6 +174,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         has spent part of alpha (a resumed run goes on with its plan)."""
         if self.mode != "paired":
             self._warn_threshold()
+            logger.info("%s", start_line(self, steps))
             return
         if self.looks_done == 0:
             if steps is None:
@@ -186,6 +183,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
                 future = sum(1 for s in steps if self.counts(int(s)))
                 before_first = (self.patience - len(self.reference)) + max(0, self.patience - len(self.window))
                 self.looks = max(0, future - max(1, before_first) + 1)
+        logger.info("%s", start_line(self, steps))
         if self.looks == 0:
             self._warn_once("no look", "sago early stopping: %s: the run plans too few evaluations for patience %d "
                             "(the reference and the window need %d), so it can never stop training; lower patience "
@@ -293,7 +291,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         decision: dict[str, Any] = {"step": step, "mean": mean}
         if self.exclude_baseline and is_untrained(step):
             decision["verdict"] = "baseline (never the best: no checkpoint; not in the reference)"
-            self.decisions.append(decision)
+            self._record(decision)
             return
         # A step whose outputs no longer depend on the question agrees across variants: never the best.
         ignored = self.set_name in degenerate_sets(evaluation)
@@ -307,11 +305,19 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             stop = self._threshold_look(decision, improved, mean)
         else:
             stop = self._paired_look(decision, step, dict(zip(ids, (float(x) for x in current))))
-        self.decisions.append(decision)
+        self._record(decision)
         if stop:
             self.stopped_step = step
             logger.warning("sago early stopping at step %d: %s", step, printable(self.reason))
             control.should_training_stop = True
+
+    def _record(self, decision: dict[str, Any]) -> None:
+        """Keep a decision; every one has a ``p_value``: the look's one-sided Wilcoxon p, 1.0 where no test ran
+        (the baseline, the reference, a window not yet full, threshold mode) or none could (too few groups)."""
+        if decision.get("p_value") is None:
+            decision["p_value"] = 1.0
+            decision.setdefault("tested", False)
+        self.decisions.append(decision)
 
     def _track_best(self, step: int, ids: list[str], current: np.ndarray, mean: float, follow: bool) -> str | None:
         """Keep the best evaluation so far; returns the word for an improvement, else None."""
@@ -348,7 +354,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             self._warn_once("past plan", "sago early stopping: %s: evaluation at step %d is past the %d look(s) the "
                             "run planned, which spent alpha: it cannot stop training", self.metric, step, self.looks)
             return False
-        ref, cur = _group_means(self.reference), _group_means(self.window)
+        ref, cur = group_means(self.reference), group_means(self.window)
         common = [g for g in cur if g in ref]
         hib = higher_is_better(self.axis)
         res = verdict_rule.worse_verdict([ref[g] for g in common], [cur[g] for g in common], higher_is_better=hib,
@@ -364,8 +370,8 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             return False
         steps = [e["step"] for e in self.window], [e["step"] for e in self.reference]
         self.reason = (
-            f"{self.metric}: the mean of the last {p} evaluation(s) (steps {_span(steps[0])}) is worse than the "
-            f"reference, the first {p} (steps {_span(steps[1])}), by {decision['delta']:.4g} over {res.n} groups: "
+            f"{self.metric}: the mean of the last {p} evaluation(s) (steps {span(steps[0])}) is worse than the "
+            f"reference, the first {p} (steps {span(steps[1])}), by {decision['delta']:.4g} over {res.n} groups: "
             f"one-sided Wilcoxon p = {res.p_worse:.3g} below the look's level {level:.3g}, and the CI at that level "
             f"clear of 0 (look "
             f"{self.looks_done} of {self.looks or 'an unplanned number'}; run-level false-stop rate <= "
@@ -373,24 +379,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         return True
 
     def _threshold_look(self, decision: dict[str, Any], improved: str | None, mean: float) -> bool:
-        """Means only, against the best so far, ``patience`` worse evaluations in a row (no error control)."""
-        if improved is not None:
-            self.counter = 0
-            decision["verdict"] = improved
-            return False
-        if self.best_mean is None:
-            decision["verdict"] = "no best yet"
-            return False
-        delta = (-1.0 if higher_is_better(self.axis) else 1.0) * (mean - self.best_mean)
-        decision["delta"] = delta
-        self.counter = self.counter + 1 if delta > self.min_delta else 0
-        decision["verdict"] = f"worse ({self.counter}/{self.patience})" if self.counter else "not worse"
-        if self.counter < self.patience:
-            return False
-        self.reason = (f"{self.metric} was worse than the best evaluation (step {self.best_step}, mean "
-                       f"{self.best_mean:.4f}) for {self.counter} evaluations in a row (threshold mode: means only, "
-                       f"no error control; min_delta={self.min_delta}); now {mean:.4f}")
-        return True
+        return threshold_look(self, decision, improved, mean)
 
     def _warn_threshold(self) -> None:
         if self.mode == "threshold":
@@ -404,13 +393,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             logger.warning(message, *(printable(a) if isinstance(a, str) else a for a in args))  # the metric
 
 
-def _group_means(entries: list[dict[str, Any]]) -> dict[str, float]:
-    """Per group id (the last entry's), the mean of its values over ``entries`` (NaN where an entry lacks it or
-    has NaN, so that the group is left out of the paired test)."""
-    ids = list(entries[-1]["values"])
-    table = np.array([[e["values"].get(g, math.nan) for g in ids] for e in entries], float)
-    return dict(zip(ids, table.mean(axis=0).tolist()))
+class MultiMetricEarlyStopping(MultiMetricMixin, SAGOEarlyStoppingCallback):
+    """:class:`SAGOEarlyStoppingCallback` over several metrics (:class:`~.early_stopping_multi.MultiMetricMixin`)."""
 
-
-def _span(steps: list[int]) -> str:
-    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+    _single = SAGOEarlyStoppingCallback

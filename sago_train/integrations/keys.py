@@ -11,9 +11,10 @@ them as ``eval/sago/...``. ``metric_for_best_model`` and early stopping name the
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
-from ..errors import SagoInputError
+from ..errors import SagoInputError, did_you_mean, short_repr
 from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation
 
@@ -132,3 +133,16 @@ def fill_missing(metrics: dict[str, float], watched: str | None, greater_is_bett
         return False
     metrics[watched] = -math.inf if greater_is_better else math.inf
     return True
+
+
+def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str], *,
+                 not_in: str = "monitored") -> None:
+    """Early stopping must watch a monitored set and a computed axis: the one check, run by a recipe, before
+    training (by :class:`SAGOCallback`) and on every evaluation. ``axes`` includes ``instability``."""
+    sets, axes = list(sets), list(axes)
+    if set_name is not None and set_name not in sets:
+        raise SagoInputError(f"early stopping watches set {short_repr(set_name)}, which is not {not_in} "
+                             f"({', '.join(sets) or 'none'}){did_you_mean(set_name, sets)}", key="metric")
+    if axis is not None and axis not in axes:
+        raise SagoInputError(f"early stopping watches axis {short_repr(axis)}, which is not computed (axes: "
+                             f"{', '.join(axes)})", key="metric")

@@ -94,17 +94,20 @@ def is_oom(err: BaseException) -> bool:
 
 
 def run_evaluator(model: Any, tokenizer: Any, sets: Mapping[str, VariantSet], config: SAGOConfig, step: int, *,
-                  disable_bar: bool, generation: bool = True) -> Evaluation:
+                  disable_bar: bool, generation: bool = True, remedy_style: str = "callback") -> Evaluation:
     """Evaluate ``sets`` with ``config``, every RNG restored afterwards; out of memory on a single process,
-    retry with half the batch (results do not depend on the batch size) down to 1."""
+    retry with half the batch (results do not depend on the batch size) down to 1. ``remedy_style``: how its
+    warnings name a setting (``callback``: SAGOCallback's arguments; ``recipe``: a recipe's keys)."""
     with RNGGuard():
-        return _run_with_retry(model, tokenizer, sets, config, step, disable_bar=disable_bar, generation=generation)
+        return _run_with_retry(model, tokenizer, sets, config, step, disable_bar=disable_bar, generation=generation,
+                               remedy_style=remedy_style)
 
 
 def _run_with_retry(model: Any, tokenizer: Any, sets: Mapping[str, VariantSet], config: SAGOConfig, step: int, *,
-                    disable_bar: bool, generation: bool) -> Evaluation:
+                    disable_bar: bool, generation: bool, remedy_style: str) -> Evaluation:
     while True:
         evaluator = SAGOEvaluator(model, tokenizer, config=config)
+        evaluator.remedy_style = remedy_style
         tick, bar = evaluation_progress(evaluator, sets, step, disable_bar=disable_bar, say=logger.info,
                                         generation=generation)
         try:
@@ -160,15 +163,28 @@ class SetProgress:
             self._next += 1
 
 
+class ProgressAwareHandler(logging.StreamHandler):
+    """A log handler that never glues a line to a progress bar: each line goes through ``tqdm.write``, which
+    clears the bars drawn on the terminal (the Trainer's, SAGO's own), prints the line on a line of its own and
+    redraws the bars below it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except Exception:  # noqa: BLE001 - logging must never raise (as logging.StreamHandler)
+            self.handleError(record)
+
+
 def ensure_console(level: int) -> None:
     """Show ``sago_train``'s log lines (the cost line, per-set progress) on stderr when nobody configured logging:
     Python drops INFO lines otherwise. Does nothing when the application (or pytest) has set up a handler."""
-    import logging
-
     lib = logging.getLogger("sago_train")
     if lib.handlers or logging.getLogger().handlers:
         return
-    handler = logging.StreamHandler()
+    handler = ProgressAwareHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
     lib.addHandler(handler)
     lib.setLevel(level)

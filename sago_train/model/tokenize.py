@@ -57,7 +57,8 @@ def resolve_chat_template(mode: str, tokenizer: Any) -> str:
             raise SagoInputError(
                 "chat_template is 'always' but this tokenizer has no chat template",
                 key="chat_template",
-                hint="use --chat-template never (or auto), or a model whose tokenizer defines chat_template",
+                hint="use chat_template 'never' or 'auto' (--chat-template on the command line), or a model whose "
+                "tokenizer defines chat_template",
             )
         return "always"
     if not has_template:
@@ -95,6 +96,62 @@ def encode_variant(variant: Variant, tokenizer: Any, *, chat: bool = False) -> l
 def encode_continuation(text: str, tokenizer: Any) -> list[int]:
     """Tokens of a reference/continuation: encoded without special tokens (docs/definitions.md#confidence)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+def end_id_of(tokenizer: Any) -> int | None:
+    """The token that ends an answer: the tokenizer's EOS (the first of a list), else None."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    return None if eos is None else int(eos)
+
+
+class PromptRenderer:
+    """The one rendering of prompts and targets into token ids, shared by evaluation (``SAGOEvaluator``) and
+    training (``VariantGroupCollator``), so that a model is trained on the prompt format it is judged on.
+
+    ``chat_template`` is the evaluator's rule (``auto`` / ``always`` / ``never``, resolved once against the
+    tokenizer, :func:`resolve_chat_template`); ``stop_strings`` are the evaluator's stops, which end an answer
+    span. A target is encoded without special tokens and followed by the end token (EOS) once: a target that
+    already ends with it gets no second one.
+
+    Example:
+        >>> from sago_train.model.tiny import load_tiny_model
+        >>> renderer = PromptRenderer(load_tiny_model()[1], "auto")  # doctest: +SKIP
+        >>> renderer.chat_template  # doctest: +SKIP
+        'never'
+    """
+
+    def __init__(self, tokenizer: Any, chat_template: str = "auto", stop_strings: Sequence[str] = ()) -> None:
+        if isinstance(stop_strings, str):
+            stop_strings = [stop_strings]
+        self.tokenizer = tokenizer
+        self.rule = chat_template
+        #: ``always`` or ``never``: how string variants are fed.
+        self.chat_template = resolve_chat_template(chat_template, tokenizer)
+        self.stop_strings = [s for s in stop_strings if s]
+        self.end_id = end_id_of(tokenizer)
+
+    @property
+    def chat(self) -> bool:
+        """Whether string variants are rendered with the chat template."""
+        return self.chat_template == "always"
+
+    def prompt_ids(self, variant: Variant) -> list[int]:
+        """Token ids of one variant prompt (:func:`encode_variant` under this rule)."""
+        return encode_variant(variant, self.tokenizer, chat=self.chat)
+
+    def target_ids(self, target: str, *, add_end: bool = True) -> list[int]:
+        """Token ids of a target: no special tokens, then the end token once when ``add_end``."""
+        ids = encode_continuation(target, self.tokenizer)
+        if add_end and self.end_id is not None and (not ids or ids[-1] != self.end_id):
+            ids = ids + [self.end_id]
+        return ids
+
+    def stop_inside(self, target: str) -> str | None:
+        """A stop string that occurs inside ``target`` (evaluation would cut the answer there), else None."""
+        body = target.strip()
+        return next((s for s in self.stop_strings if s in body), None)
 
 
 def context_length(model: nn.Module) -> int | None:

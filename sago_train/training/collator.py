@@ -22,7 +22,7 @@ import torch
 
 from ..data.groups import Variant, VariantGroup
 from ..errors import SagoInputError
-from ..model.tokenize import encode_continuation, encode_variant, pad_id_of
+from ..model.tokenize import PromptRenderer, pad_id_of
 
 # The per-row tensors the collator adds beside ``input_ids``/``attention_mask``/``labels``. The trainers
 # strip them before the model's forward. All are indexed by row, so a batch sliced along rows stays
@@ -88,10 +88,15 @@ class VariantGroupCollator:
 
     Each item is ``{"variants": [K prompts], "target": str, "canonical"?: int}`` (``"reference"`` is read
     when ``"target"`` is absent; a :class:`~sago_train.data.VariantGroup` with a reference works too).
-    String prompts are encoded as the tokenizer does by default (special tokens as it adds them); chat
-    message lists are rendered with the tokenizer's chat template and the generation prompt. The target
-    is encoded once per group without special tokens, followed by EOS when ``add_eos`` and the tokenizer
-    has one, so every variant of a group carries exactly the same target tokens. Padding is on the right.
+    Prompts are rendered exactly as ``SAGOEvaluator`` renders them (one
+    :class:`~sago_train.model.tokenize.PromptRenderer`): ``chat_template`` is the evaluator's rule (``auto``,
+    the default of both, renders string variants with an instruct model's chat template and the generation
+    prompt; ``never`` encodes them as they are; ``always``), and chat message lists are always rendered. Give
+    the same ``chat_template`` and ``stop_strings`` as the ``SAGOConfig`` that evaluates the model (the trainers
+    take them from a ``SAGOCallback`` in their callbacks). The target is encoded once per group without special
+    tokens, followed by EOS once when ``add_eos`` and the tokenizer has one (a target already ending with it
+    gets no second), so every variant of a group carries exactly the same target tokens; a target holding one
+    of ``stop_strings`` is warned about (evaluation cuts the answer there). Padding is on the right.
 
     Output keys: ``input_ids``, ``attention_mask``, ``labels`` (-100 except on the target tokens), and per
     row ``group_index``, ``variant_index``, ``canonical_index`` (the canonical variant of the row's group),
@@ -123,6 +128,8 @@ class VariantGroupCollator:
         pad_to_multiple_of: int | None = None,
         fresh: Any = None,
         allow_unlabeled: bool = False,
+        chat_template: str = "auto",
+        stop_strings: Sequence[str] = (),
     ) -> None:
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
             raise SagoInputError(f"max_length must be an integer >= 2 or None, got {max_length!r}", key="max_length")
@@ -136,22 +143,32 @@ class VariantGroupCollator:
         self.add_eos = add_eos
         self.pad_to_multiple_of = pad_to_multiple_of
         self.pad_id = pad_id_of(tokenizer)
-        eos = getattr(tokenizer, "eos_token_id", None)
-        self.eos_id: int | None = (eos[0] if eos else None) if isinstance(eos, list) else eos
+        #: The rendering shared with evaluation: the chat-template rule, resolved, and the stops.
+        self.renderer = PromptRenderer(tokenizer, chat_template, stop_strings)
+        self.eos_id: int | None = self.renderer.end_id
+        self._warned_stops: set[str] = set()
         self.num_truncated = 0
         self.fresh = fresh
         self.allow_unlabeled = allow_unlabeled
 
+    @property
+    def chat_template(self) -> str:
+        """How string variants are fed here and in evaluation under the same rule: ``always`` or ``never``."""
+        return self.renderer.chat_template
+
     def encode_prompt(self, variant: Variant) -> list[int]:
         """Token ids of one variant prompt (the same encoding as SAGO evaluation)."""
-        return encode_variant(variant, self.tokenizer)
+        return self.renderer.prompt_ids(variant)
 
     def encode_target(self, target: str) -> list[int]:
-        """Token ids of a target: no special tokens, then EOS when ``add_eos``."""
-        ids = encode_continuation(target, self.tokenizer)
-        if self.add_eos and self.eos_id is not None:
-            ids = ids + [int(self.eos_id)]
-        return ids
+        """Token ids of a target: no special tokens, then EOS once when ``add_eos``."""
+        stop = self.renderer.stop_inside(target)
+        if stop is not None and stop not in self._warned_stops:
+            self._warned_stops.add(stop)
+            warnings.warn(f"VariantGroupCollator: the target {target[:40]!r} holds the stop string {stop!r}, at which "
+                          "evaluation ends the answer span: the model is trained past where it is judged",
+                          stacklevel=3)
+        return self.renderer.target_ids(target, add_end=self.add_eos)
 
     def __call__(self, items: Sequence[Any]) -> dict[str, Any]:
         if len(items) == 0:

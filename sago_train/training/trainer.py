@@ -18,6 +18,7 @@ split a group.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +26,14 @@ import torch
 import transformers
 from torch import nn
 
-from ..data.groups import VariantGroup
 from ..errors import SagoInputError
+from ..model.tokenize import PromptRenderer
 from ..threads import configure_torch_threads
 from .collator import DRAWN_KEY, ITEM_COLUMNS, PENDING_KEY, VariantGroupCollator, mask_non_canonical_labels
 from .fresh import configure_collator
 from .loss import StabilityConfig, StabilityLoss, split_batch
 from .resume import ConsistencyStateCallback, has_state, restore
+from .sft import groups_as_dataset
 from .teacher import EmaTeacherCallback, Teacher, check_sharding
 
 
@@ -60,6 +62,39 @@ def _outputs_logits(outputs: Any) -> torch.Tensor | None:
     return getattr(outputs, "logits", None)
 
 
+def _evaluation_config(callbacks: Any) -> Any:
+    """The ``SAGOConfig`` of a ``SAGOCallback`` among ``callbacks`` (duck-typed: training does not import the
+    integration layer), else None."""
+    for cb in callbacks:
+        config = getattr(cb, "config", None)
+        if callable(getattr(cb, "attach", None)) and hasattr(config, "chat_template"):
+            return config
+    return None
+
+
+def rendering_rule(callbacks: Any, chat_template: str | None, stop_strings: Any) -> tuple[str, Any]:
+    """The chat-template rule and stops the trainers' collator renders with: the ones given, else those of the
+    ``SAGOCallback`` that evaluates the run, else the evaluator's defaults (``auto``, no stop)."""
+    config = _evaluation_config(callbacks)
+    rule = chat_template if chat_template is not None else getattr(config, "chat_template", "auto")
+    stops = stop_strings if stop_strings is not None else list(getattr(config, "stop_strings", ()) or ())
+    return rule, stops
+
+
+def check_rendering(collator: Any, callbacks: Any, chat_template: str | None) -> None:
+    """Warn when a given ``VariantGroupCollator`` renders string prompts otherwise than the run is evaluated."""
+    renderer = getattr(collator, "renderer", None)
+    config = _evaluation_config(callbacks)
+    rule = chat_template if chat_template is not None else getattr(config, "chat_template", None)
+    if renderer is None or rule is None:
+        return
+    wanted = PromptRenderer(renderer.tokenizer, rule).chat_template
+    if wanted != renderer.chat_template:
+        warnings.warn(f"the data collator renders string prompts with chat template '{renderer.chat_template}' but "
+                      f"they are evaluated with '{wanted}': the model is trained on another prompt format than it is "
+                      f"judged on; build it as VariantGroupCollator(tokenizer, chat_template='{rule}')", stacklevel=3)
+
+
 class StabilityTrainerMixin:
     """Adds the stability loss to a ``transformers.Trainer`` subclass (put it first in the bases).
 
@@ -70,7 +105,8 @@ class StabilityTrainerMixin:
 
     _sago_logits_in_outputs: bool = True
 
-    def __init__(self, *args: Any, stability_config: StabilityConfig | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, stability_config: StabilityConfig | None = None, chat_template: str | None = None,
+                 stop_strings: Any = None, **kwargs: Any) -> None:
         if stability_config is None:
             stability_config = StabilityConfig()
         if not isinstance(stability_config, StabilityConfig):
@@ -107,7 +143,11 @@ class StabilityTrainerMixin:
                 raise SagoInputError(
                     "give a data_collator (VariantGroupCollator) or a processing_class (tokenizer) to build one"
                 )
-            self.data_collator = VariantGroupCollator(tokenizer, max_length=getattr(self.args, "max_length", None))
+            rule, stops = rendering_rule(self.callback_handler.callbacks, chat_template, stop_strings)
+            self.data_collator = VariantGroupCollator(tokenizer, max_length=getattr(self.args, "max_length", None),
+                                                      chat_template=rule, stop_strings=stops)
+        else:
+            check_rendering(user_collator, self.callback_handler.callbacks, chat_template)
         self.data_collator = configure_collator(self.data_collator, stability_config, self.args.seed)
         if stability_config.task_loss_variants == "canonical":
             self.data_collator = _CanonicalOnlyLabels(self.data_collator)
@@ -312,81 +352,6 @@ class StabilityTrainer(StabilityTrainerMixin, transformers.Trainer):
     """
 
 
-def groups_as_dataset(data: Any) -> Any:
-    """A list or tuple of variant groups (dicts or :class:`~sago_train.data.VariantGroup`) as a
-    ``datasets.Dataset``; anything else (a Dataset, a dict of eval sets, None) is returned as it is."""
-    if not isinstance(data, (list, tuple)):
-        return data
-    import datasets
-
-
-    rows = []
-    for i, item in enumerate(data):
-        if isinstance(item, VariantGroup):
-            row = item.to_dict()
-        elif isinstance(item, dict):
-            row = dict(item)
-        else:
-            raise SagoInputError(f"group {i}: expected a dict or a VariantGroup, got {type(item).__name__}",
-                                 key="train_dataset")
-        if row.get("target") is None and row.get("reference") is not None:
-            row["target"] = row["reference"]  # one column for the shared completion in every row
-        rows.append(row)
-    try:
-        return datasets.Dataset.from_list(rows)
-    except (TypeError, ValueError) as err:  # pyarrow's errors derive from these
-        raise SagoInputError(
-            f"could not turn the list of groups into a datasets.Dataset: {str(err).splitlines()[0]}",
-            key="train_dataset",
-            hint="give every group the same fields with the same types (e.g. all string variants)",
-        ) from err
-
-
-def _build_sft_trainer() -> type:
-    try:
-        from trl import SFTTrainer
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("StabilitySFTTrainer needs TRL: pip install trl (a sago_train dependency)") from err
-
-    class StabilitySFTTrainer(StabilityTrainerMixin, SFTTrainer):
-        """``trl.SFTTrainer`` with the stability loss.
-
-        Items are variant groups, tokenized by the collator, so SFT's dataset preparation (tokenization,
-        packing) is skipped; packing and padding-free batches are refused because they would merge groups.
-        TRL's fused LM head builds no logits; the confidence term projects the target-predicting final hidden
-        states through the LM head, as it does with the plain Trainer.
-
-        Example:
-            >>> trainer = StabilitySFTTrainer(model=model, args=SFTConfig("out"), train_dataset=groups,  # doctest: +SKIP
-            ...     processing_class=tokenizer, stability_config=StabilityConfig(conf_weight=0.2))
-            >>> trainer.train()  # doctest: +SKIP
-        """
-
-        _sago_logits_in_outputs = False
-
-        def __init__(self, *args: Any, stability_config: StabilityConfig | None = None, **kwargs: Any) -> None:
-            # TRL accepts only datasets.Dataset objects; a plain list of groups (as in docs/stability-loss.md) is wrapped.
-            for key in ("train_dataset", "eval_dataset"):
-                if key in kwargs:
-                    kwargs[key] = groups_as_dataset(kwargs[key])
-            if len(args) > 3:
-                args = (*args[:3], groups_as_dataset(args[3]), *args[4:])
-            super().__init__(*args, stability_config=stability_config, **kwargs)
-            if getattr(self.args, "packing", False) or getattr(self, "padding_free", False):
-                raise SagoInputError(
-                    "packing / padding_free would merge the sequences of different variants into one row",
-                    hint="set packing=False and padding_free=False in SFTConfig",
-                )
-
-        def _prepare_dataset(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-            # The collator encodes groups (K prompts + a shared target) itself; SFT's text pipeline does not apply.
-            return dataset
-
-    StabilitySFTTrainer.__module__ = __name__
-    StabilitySFTTrainer.__qualname__ = "StabilitySFTTrainer"
-    return StabilitySFTTrainer
-
-
 if TYPE_CHECKING:  # the real class is built lazily by the module __getattr__ below
     from trl import SFTTrainer
 
@@ -395,7 +360,9 @@ if TYPE_CHECKING:  # the real class is built lazily by the module __getattr__ be
 
 def __getattr__(name: str) -> Any:
     if name == "StabilitySFTTrainer":
-        cls = _build_sft_trainer()
+        from .sft import build_sft_trainer
+
+        cls = build_sft_trainer(StabilityTrainerMixin)
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,6 +40,13 @@ TAGGED_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
+#: An instruct model's template: turns marked with the special tokens ``<s>`` ... ``</s>`` (as SmolLM2's
+#: ``<|im_start|>`` ... ``<|im_end|>``), so that ``chat_template="auto"`` renders string variants with it.
+INSTRUCT_TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
+)
+
 
 def make_byte_tokenizer(chat_template: str | None = ROLE_TEMPLATE, ids: SpecialIds = SPECIALS_LAST
                         ) -> PreTrainedTokenizerFast:

@@ -77,12 +77,12 @@ def test_report_says_it_in_the_comparison_the_section_and_a_warning(tmp_path, ca
     a, b = _forgetting_dirs(tmp_path)
     rows = {r["axis"]: r for r in paired_against_first(load_sources([a, b], last_only=True))}
     assert {"accuracy", "accuracy_all", "accuracy_worst_kind"} <= set(rows)
-    assert rows["accuracy"]["verdict"] == "B less accurate"
-    assert rows["generation"]["verdict"] == f"B {CONSISTENTLY_WRONG}"
+    assert rows["accuracy"]["verdict"] == "B less accurate than A"
+    assert rows["generation"]["verdict"] == "B more stable but less accurate than A: consistently wrong?"
     code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
     assert code == 0, err
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert f"set `{SET}`, generation: B {CONSISTENTLY_WRONG} than `A`" in md
+    assert f"set `{SET}`, generation: B more stable but less accurate than A: consistently wrong? (difference" in md
     assert f"**Warning**: accuracy of `B` on set `{SET}` fell significantly against `A`" in md
     section = md[md.index("## Stability beside accuracy"):]
     row_b = next(line for line in section.splitlines() if line.startswith(f"| {SET} | B |"))

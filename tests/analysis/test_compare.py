@@ -301,3 +301,31 @@ def test_headline_claims_only_robust_flips(tmp_path, capsys):
     # C is first on setX and D on setY, and their flip is robust: the top entry changes.
     assert ("1 rank flip(s) in the means, 1 robust (paired tests on both sets, Holm-corrected over the 1 flips that "
             "could occur): the best entry depends on the set: C is first on 'setX', D on 'setY' (activation).") in out
+
+
+def test_two_entries_give_the_paired_verdict_per_set_and_quantity_not_tau(tmp_path, capsys):
+    """Issue 33: `compare A B` (base vs fine-tune) printed Kendall tau matrices of +-1.00 and no paired verdict."""
+    base = write_eval_dir(tmp_path / "base", {"setX": axis_values(0), "setY": axis_values(1)}, accuracy=0.5)
+    tuned = write_eval_dir(tmp_path / "tuned", {"setX": axis_values(0, shift=0.3), "setY": axis_values(1)},
+                           accuracy=0.5)
+    for path in (base, tuned):  # per-group correctness: accuracy is compared beside stability
+        for s in ("setX", "setY"):
+            recs = [json.loads(x) for x in (path / f"{s}.jsonl").read_text().splitlines()]
+            for i, r in enumerate(recs):
+                r["correct"] = [i % 2 == 0, True]
+            (path / f"{s}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out_json = tmp_path / "cmp.json"
+    code, out, err = run_cli(["compare", str(base), str(tuned), "--json", str(out_json)], capsys)
+    assert code == 0, err
+    assert "Kendall's tau" not in out
+    assert "paired: tuned against base, per set and quantity" in out
+    rows = {(r["set"], r["axis"]): r for r in json.loads(out_json.read_text())["paired"]}
+    assert {("setX", a) for a in ("activation", "confidence", "generation", "instability")} <= set(rows)
+    assert ("setX", "accuracy") in rows and ("setY", "accuracy") in rows  # accuracy beside stability
+    assert rows[("setX", "activation")]["verdict"] == "tuned less stable than base"
+    assert rows[("setY", "activation")]["verdict"] == "no significant difference"
+    assert "tuned less stable than base" in out
+    three = write_eval_dir(tmp_path / "third", {"setX": axis_values(2), "setY": axis_values(3)})
+    code, out, err = run_cli(["compare", str(base), str(tuned), str(three)], capsys)
+    assert code == 0, err
+    assert "Kendall's tau" in out and "paired:" not in out  # several entries: rankings and reversals

@@ -99,7 +99,7 @@ def test_two_runs_give_the_paired_comparison(tmp_path, capsys):
     assert "runB less stable" in rows["activation"]
     assert "no significant difference" in rows["confidence"]
     assert "| 12 |" in rows["activation"]  # paired over the 12 shared groups
-    assert "set `num`, activation: runB less stable than `runA`" in md
+    assert "set `num`, activation: runB less stable than runA (difference" in md
     assert "runB less stable" in out
 
 
@@ -260,36 +260,68 @@ def test_report_findings_are_computed_per_set_from_records(tmp_path, capsys):
     assert "B beats A on setY, the reverse on setX" in row or "A beats B on setX, the reverse on setY" in row
 
 
-def test_paired_comparison_flags_a_collapse_of_the_between_group_dispersion(tmp_path, capsys):
-    """A run whose groups all moved closer to the other groups (lower between-group distance) is flagged as a
-    collapse, with scipy's Wilcoxon p-value, even when its raw activation looks 'more stable'."""
+def _with_between(path, values):
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    for r, v in zip(recs, values):
+        r["extra"] = {"activation_rel_between": float(v)}
+    _write_jsonl(path, recs)
+
+
+def _collapse_values(n=12):
+    rng = np.random.default_rng(1)
+    between, act = rng.uniform(0.3, 0.5, n), rng.uniform(0.1, 0.3, n)
+    rel = act / 0.4
+    return between, {"activation": list(act), "activation_rel": list(rel)}, \
+        {"activation": list(act * 0.5), "activation_rel": list(rel)}
+
+
+def test_paired_comparison_flags_a_collapse_below_the_baseline(tmp_path, capsys):
+    """A run whose groups all moved closer to the other groups than at its baseline (the model before training)
+    is flagged as a collapse, with scipy's Wilcoxon p-value, even when its raw activation looks 'more stable'."""
     import scipy.stats as sps
 
-    rng = np.random.default_rng(1)
-    n = 12
-    between = rng.uniform(0.3, 0.5, n)
-    act = rng.uniform(0.1, 0.3, n)
-    rel = act / 0.4
-    a = write_eval_dir(tmp_path / "A", {"s": {"activation": list(act), "activation_rel": list(rel)}})
-    b = write_eval_dir(tmp_path / "B", {"s": {"activation": list(act * 0.5), "activation_rel": list(rel)}})
-    for path, values in ((a, between), (b, between * 0.5)):
-        recs = [json.loads(x) for x in (path / "s.jsonl").read_text().splitlines()]
-        for r, v in zip(recs, values):
-            r["extra"] = {"activation_rel_between": float(v)}
-        _write_jsonl(path / "s.jsonl", recs)
-    code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
-    assert code == 0, err
     from sago_train.analysis.compare import load_sources
     from sago_train.analysis.report import paired_against_first
 
-    rows = {r["axis"]: r for r in paired_against_first(load_sources([a, b], last_only=True))}
-    assert rows["between_dispersion"]["verdict"] == "B less dispersed (collapse)"
+    between, before, after = _collapse_values()
+    run = write_run_dir(tmp_path / "R", {0: {"s": before}, 5: {"s": after}})
+    _with_between(run / "sago" / "step-0" / "s.jsonl", between)
+    _with_between(run / "sago" / "step-5" / "s.jsonl", between * 0.5)
+    specs = [f"{run}@0", f"{run}@5"]
+    evals = load_sources(specs, last_only=True)
+    ref, new = evals[0].label, evals[1].label
+    rows = {r["axis"]: r for r in paired_against_first(evals)}
+    assert rows["between_dispersion"]["verdict"] == f"{new} less dispersed between groups than {ref} (a collapse)"
     assert rows["between_dispersion"]["p_more_stable"] == pytest.approx(
         sps.wilcoxon(between * 0.5 - between, alternative="less").pvalue)
     # Raw activation fell with the between-group dispersion: a collapse, never "more stable" (issue 18).
-    assert rows["activation"]["verdict"] == "B lower, but so is the between-group dispersion: a collapse, not " \
-        "stability" and rows["activation_rel"]["verdict"] == "no significant difference"
-    assert "s/between_dispersion: B less dispersed (collapse) than A" in out
+    assert rows["activation"]["verdict"] == f"{new} lower than {ref}, but so is the between-group dispersion: a " \
+        "collapse, not stability" and rows["activation_rel"]["verdict"] == "no significant difference"
+    code, out, err = run_cli(["report", *specs, "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    assert f"s/between_dispersion: {new} less dispersed between groups than {ref} (a collapse) (difference" in out
+
+
+def test_two_trained_models_are_never_a_collapse(tmp_path, capsys):
+    """Issue 33: a drop in between-group dispersion between two trained models (neither a baseline) is "less
+    dispersed", not a collapse; raw activation lower with it says so, and every sentence reads."""
+    from sago_train.analysis.compare import load_sources
+    from sago_train.analysis.report import paired_against_first
+
+    between, before, after = _collapse_values()
+    a = write_eval_dir(tmp_path / "sft", {"s": before})
+    b = write_eval_dir(tmp_path / "augment", {"s": after})
+    _with_between(a / "s.jsonl", between)
+    _with_between(b / "s.jsonl", between * 0.5)
+    rows = {r["axis"]: r for r in paired_against_first(load_sources([a, b], last_only=True))}
+    assert rows["between_dispersion"]["verdict"] == "augment less dispersed between groups than sft"
+    assert rows["activation"]["verdict"] == ("augment lower than sft, with a lower between-group dispersion too: "
+                                             "read activation_rel")
+    code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "collapse" not in out and "collapse, not stability than" not in md
+    assert "set `s`, activation: augment lower than sft, with a lower between-group dispersion too" in md
 
 
 def test_verdict_is_the_one_rule_not_the_wilcoxon_alone(tmp_path, capsys):

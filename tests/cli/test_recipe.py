@@ -343,7 +343,9 @@ def test_relative_override_paths_are_relative_to_the_current_directory(tmp_path,
 
 
 @pytest.mark.parametrize("metric,match", [("sago/nope/activation", "not in monitor.sets"),
-                                          ("sago/paraphrase/mirroring", "not computed")])
+                                          ("sago/paraphrase/mirroring", "not computed"),
+                                          # several metrics: each one is checked (issue 33)
+                                          ("sago/paraphrase/activation,sago/nope/accuracy", "not in monitor.sets")])
 def test_recipe_early_stopping_target_must_be_monitored(metric, match):
     from sago_train.cli.recipe import apply_overrides, load_yaml, parse_recipe
 
@@ -352,6 +354,15 @@ def test_recipe_early_stopping_target_must_be_monitored(metric, match):
                                             "--monitor.options.axes=[activation, confidence]"]))
     with pytest.raises(SagoInputError, match=match):
         parse_recipe(data, source="demo.yaml")
+
+
+def test_recipe_early_stopping_over_stability_and_accuracy():
+    from sago_train.cli.recipe import apply_overrides, load_yaml, parse_recipe
+
+    data = apply_overrides(load_yaml(ROOT / "recipes" / "demo.yaml"),
+                           parse_overrides(["--early_stopping.metric=sago/paraphrase/activation,sago/paraphrase/accuracy"]))
+    recipe = parse_recipe(data, source="demo.yaml")
+    assert recipe.early_stopping.metric == "sago/paraphrase/activation,sago/paraphrase/accuracy"
 
 
 def test_same_recipe_same_seed_same_lora_initialization():

@@ -137,3 +137,42 @@ def test_reference_aliases_pass_through_to_the_groups(tmp_path, capsys):
     assert code == 0, err
     (g,) = VariantSet.from_jsonl(tmp_path / "o.jsonl").groups
     assert g.reference == ["Kyiv", "Kiev"]
+
+
+def test_n_draws_several_seeded_variants_per_generator(tmp_path, capsys):
+    """Issue 33: the CLI made one variant per generator, so it could not make several paraphrases per group."""
+    examples = tmp_path / "free.jsonl"
+    examples.write_text("".join(json.dumps({"id": f"e{i}", "prompt": f"The capital of country number {i} is",
+                                            "reference": " X"}) + "\n" for i in range(4)))
+    templates = tmp_path / "templates.txt"
+    templates.write_text("Q: {prompt}\n---\nPlease answer.\n{prompt}\n---\nTell me: {prompt}\n---\n{prompt}?\n")
+    out = tmp_path / "para.jsonl"
+    argv = ["variants", "--input", str(examples), "--out", str(out), "--templates", str(templates), "--typo-rate",
+            "0.2", "--n", "3", "--seed", "1"]
+    code, stdout, err = run_cli(argv, capsys)
+    assert code == 0, err
+    vs = VariantSet.from_jsonl(out)
+    assert vs.kinds == ["canonical", "template", "template-2", "template-3", "typo", "typo-2", "typo-3"]
+    for g in vs:
+        assert len(set(g.variants[4:])) == 3  # three different typo draws of one prompt
+    assert any(len(set(g.variants[1:4])) > 1 for g in vs)  # the template draws differ too
+    first = out.read_text()
+    assert run_cli(argv, capsys)[0] == 0 and out.read_text() == first  # seeded: the same file again
+    assert "7 per group" in stdout
+    code, _, err = run_cli([*argv[:-4], "--n", "0"], capsys)
+    assert code == 2 and "--n" in err
+
+
+def test_the_kind_canonical_is_reserved_with_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "g", "variants": ["a?", "b?"], "kinds": ["paraphrase", "canonical"]}) + "\n")
+    code, _, err = run_cli(["eval", "--set", f"bad={bad}", "--quiet", "--axes", "activation"], capsys)
+    assert code == 2
+    assert "kind 'canonical' is reserved for the group's canonical variant (index 0), but variant 1 has it" in err
+    assert '"canonical": 1' in err
+    from sago_train.data.generators import CallableGenerator
+    from sago_train.errors import SagoInputError
+
+    with pytest.raises(SagoInputError, match="reserved for the original variant") as info:
+        CallableGenerator(lambda text, rng: text.upper(), name="canonical")
+    assert "another name" in info.value.hint

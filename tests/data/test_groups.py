@@ -403,7 +403,7 @@ def test_round_trip_jsonl(tmp_path):
         VariantGroup(
             id="capital-017",
             variants=["What is the capital of France?", "france's capital city is which?", chat],
-            kinds=["canonical", "typo", "chat"],
+            kinds=["original", "typo", "chat"],
             canonical=1,
             reference=" Paris",
             meta={"source": "unit", "note": "é « » — ✓"},
@@ -437,7 +437,7 @@ def test_from_dataset_with_missing_optional_fields():
             {
                 "id": "a",
                 "variants": ["What is the capital of France?", "Name the capital of France."],
-                "kinds": ["canonical", "paraphrase"],
+                "kinds": ["original", "paraphrase"],
                 "reference": " Paris",
                 "choices": None,
                 "answer": None,
@@ -459,7 +459,7 @@ def test_from_dataset_with_missing_optional_fields():
     a, b = vs
     assert (a.id, a.kinds, a.reference, a.choices, a.answer, a.canonical) == (
         "a",
-        ["canonical", "paraphrase"],
+        ["original", "paraphrase"],
         " Paris",
         None,
         None,

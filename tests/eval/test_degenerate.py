@@ -37,7 +37,7 @@ def test_run_on_outputs_warn(byte_tokenizer, tiny_llama, monkeypatch):
     assert result.config["resolved"]["cut_at_max_new_tokens"] == {"t": {"variants": 8, "of": 8}}
     (note,) = result.warnings
     assert "set 't': 8 of 8 generations (100%) reached max_new_tokens=8 with no end" in note
-    assert "base model continuing on the answer's line" in note and "--stop" in note
+    assert "base model continuing on the answer's line" in note and "SAGOConfig(stop_strings=" in note
 
 
 def test_a_few_cut_answers_get_a_note(byte_tokenizer, tiny_llama, monkeypatch):
@@ -47,7 +47,7 @@ def test_a_few_cut_answers_get_a_note(byte_tokenizer, tiny_llama, monkeypatch):
     result = SAGOEvaluator(tiny_llama, byte_tokenizer, axes="generation", max_new_tokens=12).evaluate(_groups(2))
     assert result.config["resolved"]["cut_at_max_new_tokens"] == {"t": {"variants": 1, "of": 4}}
     (note,) = result.warnings
-    assert note.startswith("set 't': 1 of 4 generations (25%) reached max_new_tokens=12") and "raise --max-new-tokens" in note
+    assert note.startswith("set 't': 1 of 4 generations (25%) reached max_new_tokens=12") and "SAGOConfig(max_new_tokens=24)" in note
 
 
 def test_chat_answers_have_no_default_stops(tiny_llama, monkeypatch):

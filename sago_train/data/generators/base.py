@@ -19,7 +19,8 @@ def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise SagoInputError(f"a generator name must be a non-empty string, got {name!r}", key="name")
     if name == CANONICAL_KIND:
-        raise SagoInputError(f"'{CANONICAL_KIND}' is reserved for the original variant", key="name")
+        raise SagoInputError(f"'{CANONICAL_KIND}' is reserved for the original variant (variant 0 of a built group)",
+                             key="name", hint="give the generator another name (its variants' kind)")
     return name
 
 
