@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-AXES = ("confidence", "confidence_prob", "posix", "activation", "activation_rel", "generation")
+AXES = ("confidence", "confidence_prob", "posix", "activation", "activation_rel", "generation", "mirroring")
 
 
 def auc(positive: np.ndarray, negative: np.ndarray) -> float:
@@ -72,13 +72,21 @@ def table(evaluations: dict) -> dict:
     return rows
 
 
+def verdicts(evaluations: dict) -> list[dict]:
+    """The fine-tune against the untrained model, per set and quantity, by the one verdict rule (what ``compare``
+    and ``report`` say)."""
+    from sago_train.analysis.report import paired_against_first
+
+    keep = ("set", "axis", "n", "mean_diff", "ci_low", "ci_high", "outcome", "verdict")
+    return [{k: r.get(k) for k in keep} for r in paired_against_first([evaluations["base"], evaluations["finetune"]])]
+
+
 def evaluate(run: Path, out: Path) -> dict:
     import yaml
 
     from sago_train import SAGOEvaluator
-    from sago_train.data.sources import resolve_sets
-
     from sago_train.cli.recipe import ASSETS
+    from sago_train.data.sources import resolve_sets
 
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())
     shipped = "sago://"  # a file shipped with the package (the recipe's own spelling)
@@ -110,11 +118,31 @@ def main() -> None:
         ap.error("give --run or --from")
     rows = table(evaluations)
     (out / "auc.json").write_text(json.dumps(rows, indent=2) + "\n")
+    changes = verdicts(evaluations)
+    (out / "verdicts.json").write_text(json.dumps(changes, indent=2) + "\n")
     print("| axis | AUC, unstable > stable [95% CI] | unstable groups: mean | stable groups: mean |")
     print("|---|---:|---:|---:|")
     for a, r in rows.items():
         print(f"| {a} | {r['auc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['n_unstable']}: "
               f"{r['mean_unstable']:.4f} | {r['n_stable']}: {r['mean_stable']:.4f} |")
+    print()
+    print(verdict_table(changes))
+
+
+def verdict_table(changes: list[dict]) -> str:
+    """Markdown: per quantity, the fine-tune's verdict against the untrained model on each set (the mean
+    difference and the one rule's word)."""
+    sets = list(dict.fromkeys(c["set"] for c in changes))
+    quantities = list(dict.fromkeys(c["axis"] for c in changes))
+    by = {(c["set"], c["axis"]): c for c in changes}
+    lines = ["| quantity | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+    for q in quantities:
+        cells = []
+        for s in sets:
+            c = by.get((s, q))
+            cells.append("-" if c is None or c.get("mean_diff") is None else f"{c['mean_diff']:+.3f} {c['outcome']}")
+        lines.append(f"| {q} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

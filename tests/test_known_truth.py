@@ -4,6 +4,8 @@ that became right and consistent reads as one on the default axes (the committed
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -12,6 +14,7 @@ from sago_train import SAGOEarlyStoppingCallback
 from sago_train.analysis.report import paired_against_first
 from sago_train.eval.degenerate import degenerate_sets
 from sago_train.functional import stats
+from sago_train.functional.axes import DEFAULT_AXES
 from sago_train.integrations.monitor import MonitorState
 from sago_train.results.evaluation import Evaluation
 
@@ -72,3 +75,47 @@ def test_early_stopping_never_takes_a_collapsed_step_as_best(axis):
         cb.on_sago_evaluate(args, TrainerState(global_step=ev.step), TrainerControl(), result=None, evaluation=ev)
     assert cb.best_step == 15
     assert [d.get("degenerate") is not None for d in cb.decisions] == [False, False, True, False]
+
+
+# ------------------------------------------------------------------ a real fine-tune that became right and consistent
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "confidence-auc"
+
+
+@pytest.fixture(scope="module")
+def base_and_finetune():
+    """SmolLM2-135M-Instruct and its 30-step LoRA fine-tune of recipes/demo-real.yaml on the held-out phrasings
+    (benchmarks/confidence_auc.py; docs/validity.md)."""
+    return Evaluation.read(RESULTS / "base"), Evaluation.read(RESULTS / "finetune")
+
+
+def test_the_finetune_became_right_and_consistent(base_and_finetune):
+    """The known truth: accuracy rose on every set, and on two of three sets every variant of more groups is right."""
+    rows = {(r["set"], r["axis"]): r for r in paired_against_first(list(base_and_finetune))}
+    assert all(rows[(s, "accuracy")]["outcome"] == stats.BETTER for s in ("paraphrase", "format", "typo"))
+    assert sum(rows[(s, "accuracy_all")]["outcome"] == stats.BETTER for s in ("paraphrase", "format", "typo")) >= 2
+
+
+def test_no_default_axis_reads_the_successful_finetune_as_less_stable(base_and_finetune, tmp_path):
+    base, finetune = base_and_finetune
+    rows = paired_against_first([base, finetune])
+    for r in rows:
+        if r["axis"] in DEFAULT_AXES:
+            assert r["outcome"] == stats.BETTER, r  # report and compare
+    monitor = MonitorState(tmp_path)  # the training log and the history
+    monitor.observe(base)
+    changes = monitor.compare(finetune)
+    for name, per_q in changes.items():
+        for axis in DEFAULT_AXES:
+            assert per_q[axis]["vs_baseline"]["verdict"] == stats.BETTER, (name, axis)
+
+
+@pytest.mark.parametrize("metric", ["sago/paraphrase/confidence", "sago/typo/confidence",
+                                    "sago/format/generation"])
+def test_early_stopping_on_a_recommended_metric_lets_the_finetune_go_on(base_and_finetune, metric):
+    base, finetune = base_and_finetune
+    cb = SAGOEarlyStoppingCallback(metric, patience=1, exclude_baseline=False)
+    args, control = TrainingArguments(output_dir="/tmp/unused", report_to=[]), TrainerControl()
+    for step, ev in ((0, base), (30, finetune)):
+        ev.step = step
+        cb.on_sago_evaluate(args, TrainerState(global_step=step), control, result=None, evaluation=ev)
+    assert not control.should_training_stop and cb.best_step == 30

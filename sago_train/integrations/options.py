@@ -100,7 +100,7 @@ class EarlyStoppingOptions:
 
     metric: str = field(default="", metadata={"help": "sago/<set>/<quantity> to watch: an axis, instability, or "
                         "accuracy (higher is better: a guard against forgetting; the set needs references). "
-                        "Several, comma-separated (sago/p/activation_rel,sago/p/accuracy): one stopper, each "
+                        "Several, comma-separated (sago/p/confidence,sago/p/accuracy): one stopper, each "
                         "metric tested at alpha / their number (union bound), stopping at the first worse."})
     patience: int = field(default=3, metadata={"help": "paired: how many evaluations make the reference (the "
                           "first ones) and the window compared with it (the latest ones, by their per-group mean). "

@@ -14,7 +14,12 @@ import torch
 
 from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
-from sago_train.functional.axes import activation_instability, activation_relative, confidence_instability
+from sago_train.functional.axes import (
+    activation_instability,
+    activation_relative,
+    confidence_instability,
+    confidence_prob_instability,
+)
 from sago_train.functional.findings import (
     axis_relations,
     holm,
@@ -271,8 +276,8 @@ RECORDS = [
 
 def test_evaluator_half_values_equal_the_axes_on_each_half(byte_tokenizer, tiny_llama):
     vs = VariantSet.from_records(RECORDS, name="t")
-    res = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 2], axes="activation,activation_rel,confidence",
-                        max_new_tokens=2, seed=5)
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0, 2],
+                        axes="activation,activation_rel,confidence,confidence_prob", max_new_tokens=2, seed=5)
     s = res.evaluate(vs).sets["t"]
     ids = [g.id for g in s.groups]
     # Recompute hidden states and log-probs one variant at a time, then the axes on each recorded half.
@@ -297,7 +302,10 @@ def test_evaluator_half_values_equal_the_axes_on_each_half(byte_tokenizer, tiny_
         for half, idx in enumerate(g.split):
             h = hidden[g.id][idx]
             assert g.halves["activation"][half] == pytest.approx(activation_instability(h).value, abs=1e-4)
-            assert g.halves["confidence"][half] == pytest.approx(confidence_instability(lps[g.id][idx]).value, abs=1e-4)
+            assert g.halves["confidence_prob"][half] == pytest.approx(
+                confidence_prob_instability(lps[g.id][idx]).value, abs=1e-4)
+            answer = torch.tensor(g.answer_logprobs) if g.answer_logprobs is not None else lps[g.id]
+            assert g.halves["confidence"][half] == pytest.approx(confidence_instability(answer[idx]).value, abs=1e-4)
             # A half's activation_rel is its within-dispersion over the *whole set's* between-group dispersion.
             within = np.array([np.mean([1 - float(torch.nn.functional.cosine_similarity(h[i, li], h[j, li], dim=0))
                                         for i, j in itertools.combinations(range(len(idx)), 2)])
@@ -475,7 +483,7 @@ def test_evaluator_splits_groups_with_the_same_kinds_alike(byte_tokenizer, tiny_
     for i, order in enumerate([[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1], [1, 3, 0, 2]]):
         texts = [f"The number {i} is", f"What is {i}?", f"Q: {i}\nA:", f"teh number {i} is"]
         records.append({"id": f"g{i}", "variants": [texts[j] for j in order], "kinds": [KINDS[j] for j in order],
-                        "reference": f" {i}"})
+                        "canonical": order.index(0), "reference": f" {i}"})  # the kind 'canonical' is its own
     s = SAGOEvaluator(tiny_llama, byte_tokenizer, layers=[0], axes="activation", max_new_tokens=1).evaluate(
         VariantSet.from_records(records, name="k")).sets["k"]
     kind_halves = {tuple(frozenset(g.kinds[j] for j in half) for half in g.split) for g in s.groups}

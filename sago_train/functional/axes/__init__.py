@@ -25,7 +25,7 @@ from .registry import (
     register_axis,
 )
 
-DEFAULT_AXES = ("activation", "activation_rel", "confidence", "generation", "mirroring")
+DEFAULT_AXES = ("confidence", "generation")
 
 __all__ = [
     "ACCURACY",
