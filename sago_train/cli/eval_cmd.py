@@ -68,11 +68,14 @@ def _sets_for(values: list[str] | None, model: str | None, config: SAGOConfig | 
 
 def _init_distributed() -> None:
     """Join the process group when launched by torchrun/accelerate (WORLD_SIZE > 1)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
+    from ..distributed import launch_env
+
+    world, _, local_rank = launch_env()
+    if world <= 1 or torch.distributed.is_initialized():
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(local_rank)
     torch.distributed.init_process_group(backend)
 
 
@@ -92,6 +95,9 @@ def check_outputs(out: str | Path, sets: dict[str, Any], *, root: str | Path | N
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # validate options before loading anything heavy
+    from ..distributed import launch_env
+
+    launch_env()  # WORLD_SIZE=abc, or a stale WORLD_SIZE=2: one line now, not a traceback or a wait
     if args.out:  # an existing file or an unwritable folder fails now, before the sets are even read
         check_output_path(args.out, what="--out", directory=True)
     from rich.console import Console

@@ -60,6 +60,9 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from .recipe_yaml import apply_overrides, load_yaml, parse_overrides
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
+    from ..distributed import launch_env
+
+    launch_env()  # a WORLD_SIZE that is not a count, or one left from another launch: one line now
     if not Path(args.recipe).is_file():
         # `sago-train run --training.max_steps 7 recipe.yaml` makes "7" the recipe: say what to do instead.
         misplaced = next((t for t in overrides if t.endswith((".yaml", ".yml")) and Path(t).is_file()), None)

@@ -104,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     from .eval_cmd import config_from_args
 
     config = config_from_args(args)
+    from ..distributed import launch_env
+
+    launch_env()  # a WORLD_SIZE that is not a count, or one left from another launch: one line now
     models = parse_models(args.models)
     out = Path(args.out)
     check_output_dir(out, what="--out")  # before the sets are read

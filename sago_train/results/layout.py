@@ -83,8 +83,9 @@ def report_files(out_dir: str | Path, set_names: list[str]) -> list[Path]:
 
 def result_files(directory: str | Path) -> dict[str, Path]:
     """The result files a reader finds in ``directory`` (an evaluation directory, a run's output_dir or its
-    ``sago/`` folder), each with a label for error messages: what ``compare`` and ``report`` read, and so what
-    their outputs must never replace.
+    ``sago/`` folder), each with its own label for error messages: what ``compare`` and ``report`` read, and so
+    what their outputs must never replace. Every file is listed (each ``<set>.jsonl`` of group records, each
+    ``step-<N>/<set>.jsonl``, the summary and the history), not one per directory.
 
     Example:
         >>> result_files("/tmp/sago-no-such-dir")
@@ -95,5 +96,8 @@ def result_files(directory: str | Path) -> dict[str, Path]:
     for base in (root, root / SAGO_DIR):
         for path in [base / SUMMARY, base / HISTORY, *sorted(base.glob("*.jsonl")), *sorted(base.glob("step-*/*.jsonl"))]:
             if path.is_file():
-                found.setdefault(f"a results file read from {root}", path)
+                what = ("the summary" if path.name == SUMMARY else "the history" if path.name == HISTORY
+                        else "group records")
+                found.setdefault(f"a results file read from {root} ({what} {path.relative_to(root).as_posix()})",
+                                 path)
     return found
