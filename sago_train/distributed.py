@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-
 #: What torchrun / accelerate set for every process of a launch; WORLD_SIZE > 1 without them is a stale variable.
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
