@@ -16,7 +16,7 @@ import torch
 
 from ..data.groups import VariantSet, too_long_variant
 from ..data.sources import bundled_sets, is_bundled_spec
-from ..errors import SagoInputError
+from ..errors import SagoInputError, type_name
 from ..eval.config import SAGOConfig
 from ..integrations.callback import SAGOCallback
 from ..integrations.early_stopping import SAGOEarlyStoppingCallback
@@ -154,8 +154,10 @@ def _check_sft_lengths(records: list[Any], source: str, lines: list[int] | None)
     """Text fields longer than ``MAX_VARIANT_CHARS`` are refused before anything tokenizes them (tokenizing
     tens of megabytes at once can exhaust memory); ``data.max_length`` truncates tokens, not characters."""
     for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            continue
+        if not isinstance(rec, dict):  # a stray `5` line: a TypeError inside tokenizing, after the model loaded
+            raise SagoInputError(f"expected a training record (an object with prompt and completion, text or "
+                                 f"messages), got {type_name(rec)}", source=source,
+                                 line=lines[i] if lines is not None else i + 1, hint="remove or fix the line")
         for key in ("prompt", "completion", "text"):
             value = rec.get(key)
             if isinstance(value, str) and len(value) > MAX_VARIANT_CHARS:

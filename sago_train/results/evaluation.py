@@ -364,6 +364,9 @@ class Evaluation:
         if not isinstance(line.get("sets"), dict) or not line["sets"]:
             raise SagoInputError(f"expected a non-empty object of set -> axes, got {line.get('sets')!r}"[:300],
                                  source=source, line=lineno, key="sets")
+        from .history_checks import check_compare_block
+
+        check_compare_block(line, source=source, lineno=lineno)
         sets = {name: SetEvaluation.from_history(name, line, source=source, lineno=lineno,
                                                  load=None if records_dir is None else records_loader(records_dir, name))
                 for name in line["sets"]}
