@@ -82,7 +82,7 @@ def parse_models(values: list[str] | None) -> list[tuple[str, str]]:
 
 def _reusable(path: Path, config: SAGOConfig, model: str, fingerprints: dict[str, str]) -> str | None:
     """None when ``OUT/NAME`` holds an evaluation of this model with these options on these very sets (their
-    fingerprints: the groups and the settings that change the numbers), else why not. A summary that is not
+    fingerprints: the groups and the settings that change the numbers), else why not ("" when it holds none). A summary that is not
     JSON, or not an object, is refused naming the file (it is no evaluation to reuse or to set aside)."""
     import json
 
@@ -91,7 +91,7 @@ def _reusable(path: Path, config: SAGOConfig, model: str, fingerprints: dict[str
 
     src = path / SUMMARY
     if not src.is_file():
-        return "no evaluation there yet"
+        return ""
     try:
         data = json.loads(src.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
@@ -174,7 +174,8 @@ def _study(args: argparse.Namespace, config: SAGOConfig, models: list[tuple[str,
             if why is None:
                 console.print(f"study: {name}: reusing {user_text(target)}")
                 continue
-            console.print(f"study: {name}: not reusing {user_text(target)}: {user_text(why)}")
+            if why:
+                console.print(f"study: {name}: not reusing {user_text(target)}: {user_text(why)}")
         start = time.perf_counter()
         result = SAGOEvaluator.from_pretrained(path, dtype=args.dtype, config=config).evaluate(sets)
         result.model = path
