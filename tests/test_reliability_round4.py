@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ._helpers.full_disk import FULL_DISK
 from ._helpers.limited import RUN_CPU_LIMIT_S, assert_one_error_line, run_cli_limited
 from ._helpers.results_dirs import axis_values, write_eval_dir, write_run_dir
 from .test_reliability_round3 import FAST_EVAL, Case, small_recipe, snapshot, write_set
@@ -69,30 +70,6 @@ def _eval_out_on_a_full_disk(tmp: Path) -> Case:
                           ["cannot write the evaluation: No space left on device", "nothing was replaced"],
                           [out, tmp / "s.jsonl"], before_model=False),
                      {"SAGO_TEST_FULL_DISK": str(out), "PYTHONPATH": os.pathsep.join([str(ROOT), str(inject)])})
-
-
-#: Loaded into the child (sitecustomize): every temporary file written under $SAGO_TEST_FULL_DISK finds the disk full.
-FULL_DISK = '''
-import errno, os
-_target, _fdopen = os.environ["SAGO_TEST_FULL_DISK"], os.fdopen
-
-class _Full:
-    def __init__(self, f): self.f = f
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.f.close()
-    def write(self, data): raise OSError(errno.ENOSPC, "No space left on device")
-    def __getattr__(self, name): return getattr(self.f, name)
-
-def _fdopen_full(fd, *args, **kwargs):
-    f = _fdopen(fd, *args, **kwargs)
-    try:
-        name = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return f
-    return _Full(f) if name.startswith(_target) and name.endswith(".tmp") else f
-
-os.fdopen = _fdopen_full
-'''
 
 
 # ================================================================== 3. silently wrong results, lost provenance
