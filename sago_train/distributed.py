@@ -10,6 +10,55 @@ from typing import Any
 
 import torch
 
+#: What torchrun / accelerate set for every process of a launch; WORLD_SIZE > 1 without them is a stale variable.
+LAUNCH_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launch_env(env: Any = None) -> tuple[int, int, int]:
+    """``(world_size, rank, local_rank)`` from the launcher's environment variables, checked: a value that is
+    not an integer (``WORLD_SIZE=abc``), out of range, or a ``WORLD_SIZE`` > 1 left over from another shell with
+    none of the launcher's other variables (which would wait for processes that never start) is a
+    :class:`~sago_train.errors.SagoInputError` naming the variable.
+
+    Example:
+        >>> launch_env({})
+        (1, 0, 0)
+        >>> launch_env({"WORLD_SIZE": "abc"})
+        Traceback (most recent call last):
+        ...
+        sago_train.errors.SagoInputError: field 'WORLD_SIZE': expected an integer >= 1 (the number of processes torchrun or accelerate started), got 'abc' (unset it, or launch with torchrun)
+    """
+    import os
+
+    from .errors import SagoInputError, short_repr
+
+    env = os.environ if env is None else env
+    fix = "unset it, or launch with torchrun"
+
+    def number(name: str, default: str, low: int, what: str) -> int:
+        raw = env.get(name, default)
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise SagoInputError(f"expected an integer >= {low} ({what}), got {short_repr(raw)}", key=name, hint=fix)
+        return value
+
+    world = number("WORLD_SIZE", "1", 1, "the number of processes torchrun or accelerate started")
+    if world == 1:
+        return 1, 0, 0
+    missing = [v for v in LAUNCH_VARS if not str(env.get(v, "")).strip()]
+    if missing:
+        raise SagoInputError(f"WORLD_SIZE is {world} but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                             "not set: a variable left from another launch (this process would wait for "
+                             f"{world - 1} others that never start)", key="WORLD_SIZE", hint=fix)
+    rank = number("RANK", "0", 0, "this process's index")
+    local = number("LOCAL_RANK", "0", 0, "this process's index on its machine")
+    if rank >= world:
+        raise SagoInputError(f"RANK {rank} is not below WORLD_SIZE {world}", key="RANK", hint=fix)
+    return world, rank, local
+
 
 def _initialized() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()

@@ -227,7 +227,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     atomic_write_files({Path(path): data})
 
 
-def atomic_write_files(files: Mapping[str | os.PathLike[str], bytes]) -> None:
+def atomic_write_files(files: Mapping[str | os.PathLike[str], bytes],
+                       before_replace: Callable[[], object] | None = None) -> None:
     """Several files written as one: every temporary file is written and synced first, then each is renamed into
     place, so a failure while writing (a full disk) leaves every previous file as it was, never half a set.
 
@@ -250,6 +251,8 @@ def atomic_write_files(files: Mapping[str | os.PathLike[str], bytes]) -> None:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, _default_mode())
+        if before_replace is not None:  # every new file is on disk: only now may the old ones be moved
+            before_replace()
         while written:
             tmp, path = written[0]
             os.replace(tmp, path)

@@ -59,6 +59,11 @@ MAX_SEED = 2**32 - 1
 # Optimizer steps (a recipe's training.max_steps, the *_steps cadences, epochs): within a signed 32-bit counter,
 # what every scheduler and progress bar counts in; no run sago_train targets comes near it.
 MAX_TRAINING_STEPS = 2**31 - 1
+#: Fresh variants drawn per group each time it is collated (``stability.fresh_variants``): each is one more
+#: sequence in every forward of the group, so 64 is already 64x the memory of one prompt (``1e8`` was accepted).
+MAX_FRESH_VARIANTS = 64
+#: A loss weight or a temperature (``stability.act_weight``, ``temperature``, ...): finite and at most this.
+MAX_LOSS_WEIGHT = 1e6
 # Characters of a user value quoted in an error message, and of a whole message: declared where the messages
 # are made (errors.py, which every module imports), listed here with the other limits.
 MAX_REPR_CHARS = _MAX_REPR_CHARS
@@ -153,6 +158,7 @@ class NumberRange:
     ratio: bool = False
     also: tuple[tuple[float, str], ...] = ()
     limit_name: str = ""
+    below: bool = False  # ``hi`` itself excluded: [lo, hi)
 
     def words(self) -> str:
         if self.hi == math.inf:
@@ -160,7 +166,8 @@ class NumberRange:
         elif self.integer and self.lo == 1 and not self.ratio and not self.also:
             text = f"a positive integer up to {self.hi:,}"
         else:
-            text = f"{'an integer' if self.integer else 'a number'} in [{self.lo:,}, {self.hi:,}]"
+            text = (f"{'an integer' if self.integer else 'a number'} in [{self.lo:,}, {self.hi:,}"
+                    f"{')' if self.below else ']'}")
         text += f" ({self.limit_name})" if self.limit_name else ""
         if self.ratio:
             text += ", or a share of the total steps in (0, 1)"
@@ -175,6 +182,8 @@ class NumberRange:
             return False
         if value in [v for v, _ in self.also] or (self.ratio and 0 < value < 1):
             return True
+        if self.below and value >= self.hi:
+            return False
         return self.lo <= value <= self.hi and (not self.integer or float(value).is_integer())
 
     def check(self, value: object, *, key: str, **where: object) -> object:

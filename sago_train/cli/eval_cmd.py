@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..eval.config import SAGOConfig
-from ..io import check_output_path, read_escapes
+from ..io import acquire_run_lock, check_output_path, read_escapes, release_run_lock
 from ..model.tiny import tiny_model_path
 from ..results.layout import SUMMARY
 from .dataclass_args import add_dataclass_arguments, dataclass_options
@@ -68,11 +68,14 @@ def _sets_for(values: list[str] | None, model: str | None, config: SAGOConfig | 
 
 def _init_distributed() -> None:
     """Join the process group when launched by torchrun/accelerate (WORLD_SIZE > 1)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
+    from ..distributed import launch_env
+
+    world, _, local_rank = launch_env()
+    if world <= 1 or torch.distributed.is_initialized():
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(local_rank)
     torch.distributed.init_process_group(backend)
 
 
@@ -92,8 +95,25 @@ def check_outputs(out: str | Path, sets: dict[str, Any], *, root: str | Path | N
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # validate options before loading anything heavy
+    from ..distributed import launch_env
+
+    _, rank, _ = launch_env()  # WORLD_SIZE=abc, or a stale WORLD_SIZE=2: one line now, not a traceback or a wait
     if args.out:  # an existing file or an unwritable folder fails now, before the sets are even read
         check_output_path(args.out, what="--out", directory=True)
+    sets = _sets_for(args.sets, args.model, config)
+    if args.out:
+        check_outputs(args.out, sets)
+    locked = bool(args.out) and rank == 0  # one process per output directory, as a run's (only rank 0 writes)
+    if locked:
+        acquire_run_lock(args.out)
+    try:
+        return _evaluate(args, config, sets)
+    finally:
+        if locked:
+            release_run_lock(args.out)
+
+
+def _evaluate(args: argparse.Namespace, config: SAGOConfig, sets: Any) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -103,9 +123,6 @@ def run(args: argparse.Namespace) -> int:
     from ..integrations.measure import SetProgress, stderr_is_terminal
     from .console import make_console, user_text
 
-    sets = _sets_for(args.sets, args.model, config)
-    if args.out:
-        check_outputs(args.out, sets)
     _init_distributed()
     device = args.device
     if device is None and distributed.world_size() > 1:
@@ -137,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
             result = evaluator.evaluate(sets, progress=lambda n: bar.advance(task, n))
     if main:
         result.model = str(model_path) if args.model else "sago_train tiny model (shipped)"
+        from ..data.sources import resolve_sets
+        from ..integrations.fingerprint import FINGERPRINT_KEY, set_fingerprints
+
+        result.config[FINGERPRINT_KEY] = set_fingerprints(resolve_sets(sets), config)  # what the numbers measured
         print_result(result, console)
         resolved = result.config["resolved"]
         console.print(user_text(
@@ -148,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             out = result.write(args.out)
             console.print(f"wrote {user_text(out / SUMMARY)} and one JSONL of group records per set")
+            if result.kept_previous:
+                folder, n = result.kept_previous
+                console.print(f"kept the evaluation that was in {user_text(out)}: its {n} files moved to "
+                              f"{user_text(folder)}")
     if distributed.world_size() > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

@@ -292,6 +292,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
     stability = None
     if data.get("stability") is not None:
         stability = _build(StabilityConfig, "stability", data.get("stability"), source)
+        check_ranges("stability", with_lines(vars(stability), data.get("stability")), source)
     early = None
     if data.get("early_stopping") is not None:
         early = _build(EarlyStoppingSection, "early_stopping", data.get("early_stopping"), source)

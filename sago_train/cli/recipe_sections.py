@@ -14,7 +14,17 @@ from ..errors import SagoInputError, did_you_mean, short_repr
 from ..errors import type_name as _type_name
 from ..integrations.options import EarlyStoppingOptions, MonitorOptions
 from ..io import is_safe_name
-from ..limits import MAX_BATCH_SIZE, MAX_SEED, MAX_TRAINING_STEPS, MAX_VARIANT_TOKENS, NumberRange
+from ..limits import (
+    MAX_BATCH_SIZE,
+    MAX_BOOTSTRAP,
+    MAX_FRESH_VARIANTS,
+    MAX_LOSS_WEIGHT,
+    MAX_NEW_TOKENS,
+    MAX_SEED,
+    MAX_TRAINING_STEPS,
+    MAX_VARIANT_TOKENS,
+    NumberRange,
+)
 from ..model.loading import DTYPES
 
 
@@ -92,6 +102,9 @@ EarlyStoppingSection = EarlyStoppingOptions
 
 
 _STEPS = NumberRange(1, MAX_TRAINING_STEPS, ratio=True, limit_name="MAX_TRAINING_STEPS")
+_FINITE = NumberRange(0, math.inf, integer=False)
+_UNIT_OPEN = NumberRange(0, 1, integer=False, below=True)
+_WEIGHT = NumberRange(0, MAX_LOSS_WEIGHT, integer=False, limit_name="MAX_LOSS_WEIGHT")
 #: The range of each number a recipe sets that sago_train uses or forwards to the Trainer, checked once the
 #: section's types are (:func:`check_ranges`): out of range is one line naming the key, the range and the value,
 #: before the model loads (instead of a ZeroDivisionError or a hang inside the Trainer).
@@ -109,22 +122,71 @@ RANGES: dict[str, NumberRange] = {
     "training.learning_rate": NumberRange(0, math.inf, integer=False),
     "training.seed": NumberRange(0, MAX_SEED, limit_name="MAX_SEED"),
     "training.data_seed": NumberRange(0, MAX_SEED, limit_name="MAX_SEED"),
+    # the optimizer's numbers: a NaN weight_decay trained an adapter of NaN weights (exit 0), a NaN adam_epsilon
+    # failed inside the optimizer after the baseline evaluation
+    "training.weight_decay": _FINITE,
+    "training.adam_beta1": _UNIT_OPEN,
+    "training.adam_beta2": _UNIT_OPEN,
+    "training.adam_epsilon": _FINITE,
+    "training.max_grad_norm": _FINITE,
+    "training.warmup_ratio": NumberRange(0, 1, integer=False),
+    "training.label_smoothing_factor": _UNIT_OPEN,
+    "training.neftune_noise_alpha": _FINITE,
+    "training.eval_delay": NumberRange(0, MAX_TRAINING_STEPS, integer=False, limit_name="MAX_TRAINING_STEPS"),
+    "training.save_total_limit": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "training.dataloader_num_workers": NumberRange(0, 1024),
+    "training.dataloader_prefetch_factor": NumberRange(1, 1024),
+    "training.torch_empty_cache_steps": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "training.eval_accumulation_steps": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "training.ddp_bucket_cap_mb": NumberRange(1, 2**20),
+    "training.ddp_timeout": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "training.max_length": NumberRange(1, MAX_VARIANT_TOKENS, limit_name="MAX_VARIANT_TOKENS"),
+    "training.max_seq_length": NumberRange(1, MAX_VARIANT_TOKENS, limit_name="MAX_VARIANT_TOKENS"),
     "data.max_length": NumberRange(1, MAX_VARIANT_TOKENS, limit_name="MAX_VARIANT_TOKENS"),
     "monitor.eval_steps": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "monitor.overhead_budget": NumberRange(0, 1, integer=False),
+    "monitor.generation_every": NumberRange(1, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "monitor.log_unstable_groups": NumberRange(0, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE"),
+    "monitor.options.max_new_tokens": NumberRange(1, MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS"),
+    "monitor.options.batch_size": NumberRange(1, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE"),
+    "monitor.options.n_bootstrap": NumberRange(1, MAX_BOOTSTRAP, limit_name="MAX_BOOTSTRAP"),
+    "monitor.options.seed": NumberRange(0, MAX_SEED, limit_name="MAX_SEED"),
+    "monitor.options.max_groups": NumberRange(0, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "stability.act_weight": _WEIGHT,
+    "stability.conf_weight": _WEIGHT,
+    "stability.temperature": _WEIGHT,
+    "stability.teacher_temperature": _WEIGHT,
+    "stability.ema_decay": _UNIT_OPEN,
+    "stability.confidence_threshold": _UNIT_OPEN,
+    "stability.warmup_steps": NumberRange(0, MAX_TRAINING_STEPS, limit_name="MAX_TRAINING_STEPS"),
+    "stability.fresh_variants": NumberRange(0, MAX_FRESH_VARIANTS, limit_name="MAX_FRESH_VARIANTS"),
+    "stability.unlabeled_max_new_tokens": NumberRange(1, MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS"),
 }
 
 
 def check_ranges(section: str, values: Any, source: str | None) -> None:
     """Each number of ``section`` (a mapping, or a section dataclass) that :data:`RANGES` bounds, against its
-    range; None (the default) is not checked. The error names the recipe line when ``values`` has lines."""
-    lines = getattr(values, "lines", {})
+    range (a dotted key reaches into a mapping: ``monitor.options.seed``); None (the default) is not checked. In
+    ``training`` a number that no range names is still refused when it is not finite (NaN, inf: passed on to
+    the Trainer they train NaN weights or fail inside the optimizer). The error names the recipe line when
+    ``values`` has lines."""
     for dotted, bounds in RANGES.items():
-        prefix, _, key = dotted.partition(".")
+        prefix, _, rest = dotted.partition(".")
         if prefix != section:
             continue
-        value = values.get(key) if isinstance(values, dict) else getattr(values, key, None)
+        holder, *path = rest.split(".")
+        value, lines = values, getattr(values, "lines", {})
+        for key in [holder, *path]:
+            line = lines.get(key)
+            value = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+            lines = getattr(value, "lines", {})
         if value is not None:
-            bounds.check(value, key=dotted, source=source, line=lines.get(key))
+            bounds.check(value, key=dotted, source=source, line=line)
+    if section == "training" and isinstance(values, dict):
+        for key, value in values.items():
+            if isinstance(value, float) and not math.isfinite(value) and f"training.{key}" not in RANGES:
+                raise SagoInputError(f"expected a finite number, got {value!r}", key=f"training.{key}",
+                                     source=source, line=getattr(values, "lines", {}).get(key))
 
 
 SECTIONS = ("sago_train_version", "name", "description", "trainer", "model", "data", "monitor", "early_stopping",

@@ -50,6 +50,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="with --resume: when a monitored set (or a setting that changes its numbers) differs from "
                         "what the run's SAGO history measured, set that history aside (history.jsonl.<time>.old) and "
                         "measure a new baseline at the resumed step (without it such a resume is refused)")
+    p.add_argument("--allow-recipe-change", action="store_true",
+                   help="with --resume: go on although the model, LoRA shape, data files or training numbers that "
+                        "change results differ from what the run recorded (recipe.provenance.json); the recorded "
+                        "recipe.yaml and provenance are kept as .<time>.old (without it such a resume is refused)")
     p.set_defaults(func=run)
     return p
 
@@ -60,6 +64,9 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     from .recipe_yaml import apply_overrides, load_yaml, parse_overrides
 
     overrides = list(overrides or getattr(args, "overrides", []) or [])
+    from ..distributed import launch_env
+
+    launch_env()  # a WORLD_SIZE that is not a count, or one left from another launch: one line now
     if not Path(args.recipe).is_file():
         # `sago-train run --training.max_steps 7 recipe.yaml` makes "7" the recipe: say what to do instead.
         misplaced = next((t for t in overrides if t.endswith((".yaml", ".yml")) and Path(t).is_file()), None)
@@ -68,6 +75,8 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
                                  hint=f"put the recipe first: sago-train run {misplaced} --section.key VALUE ...")
     if args.resume and args.overwrite:
         raise SagoInputError("--resume and --overwrite contradict each other", hint="resume keeps the history")
+    if getattr(args, "allow_recipe_change", False) and not args.resume:
+        raise SagoInputError("--allow-recipe-change goes with --resume", hint="a fresh run records its own recipe")
     if args.new_baseline and not args.resume:
         raise SagoInputError("--new-baseline goes with --resume", hint="a fresh run measures its own baseline")
     if args.name is not None:
@@ -77,8 +86,9 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         data["name"] = args.name
     if args.output_dir:  # known already: checked before the recipe's parser imports transformers and peft
         check_run_outputs(args.output_dir, args.recipe)
+    from .provenance import check_resume_recipe, recipe_provenance, save_resolved
     from .recipe import parse_recipe
-    from .runner import build_trainer, dry_run, save_resolved
+    from .runner import build_trainer, dry_run
 
     recipe = parse_recipe(data, source=args.recipe)
     console = make_console()
@@ -89,6 +99,12 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
     if not args.dry_run:
         acquire_run_lock(sago_dir)
     try:
+        if args.resume:  # another model, LoRA shape, data or learning rate: refused before the model loads
+            changed = check_resume_recipe(output_dir, recipe_provenance(recipe), allowed=bool(
+                getattr(args, "allow_recipe_change", False) or args.new_baseline))
+            if changed:
+                console.print(f"resuming with a changed recipe ({len(changed)} change(s)): "
+                              + user_text("; ".join(changed)))
         if not (resume or args.overwrite):  # refused here, before the model loads; the callback moves it aside
             claim_history(sago_dir, resuming=False, overwrite=False)
         trainer = build_trainer(recipe, output_dir=output_dir, overwrite=args.overwrite,
@@ -98,7 +114,8 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
             console.print(f"dry run of '{user_text(recipe.name)}' OK: {type(trainer).__name__}, one batch loss "
                           f"{loss:.4f}")
             return 0
-        save_resolved(recipe, data, output_dir)
+        for kept in save_resolved(recipe, data, output_dir):
+            console.print(f"the run's earlier recipe is kept as {user_text(kept)}")
         console.print(f"[bold]sago-train run[/bold] '{user_text(recipe.name)}' -> {user_text(output_dir)}"
                       + (f" (resuming from {user_text(resume)})" if resume else ""))
         try:
@@ -135,8 +152,11 @@ def check_run_outputs(output_dir: str, recipe_path: str) -> None:
     ``recipe.yaml`` there that is the recipe being run (it would be replaced by the resolved recipe)."""
     check_output_path(output_dir, what="output directory", directory=True)
     check_run_dir(Path(output_dir) / SAGO_DIR)
-    check_output_path(Path(output_dir) / RESOLVED_RECIPE, what="output directory", root=output_dir,
-                      inputs={"the recipe being run": recipe_path})
+    from .provenance import PROVENANCE
+
+    for name in (RESOLVED_RECIPE, PROVENANCE):
+        check_output_path(Path(output_dir) / name, what="output directory", root=output_dir,
+                          inputs={"the recipe being run": recipe_path})
 
 
 def _resume_checkpoint(output_dir: str) -> str:

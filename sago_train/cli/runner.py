@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import warnings
@@ -14,20 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from ..data.groups import VariantSet, too_long_variant
 from ..data.sources import bundled_sets, is_bundled_spec
-from ..errors import SagoInputError
+from ..errors import SagoInputError, type_name
 from ..eval.config import SAGOConfig
 from ..integrations.callback import SAGOCallback
 from ..integrations.early_stopping import SAGOEarlyStoppingCallback
 from ..integrations.options import MonitorOptions
-from ..io import atomic_write_text, read_jsonl, validate_set_name
+from ..io import read_jsonl, validate_set_name
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from ..model.layers import num_decoder_layers, resolve_layers
 from ..model.loading import load_model_and_tokenizer
-from ..results.layout import RESOLVED_RECIPE, SAGO_DIR, history_path
+from ..results.layout import SAGO_DIR, history_path
 from ..results.store import read_history
 from ..threads import configure_torch_threads
 from ..training.collator import VariantGroupCollator, group_of
@@ -133,8 +131,10 @@ def _check_sft_lengths(records: list[Any], source: str, lines: list[int] | None)
     """Text fields longer than ``MAX_VARIANT_CHARS`` are refused before anything tokenizes them (tokenizing
     tens of megabytes at once can exhaust memory); ``data.max_length`` truncates tokens, not characters."""
     for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            continue
+        if not isinstance(rec, dict):  # a stray `5` line: a TypeError inside tokenizing, after the model loaded
+            raise SagoInputError(f"expected a training record (an object with prompt and completion, text or "
+                                 f"messages), got {type_name(rec)}", source=source,
+                                 line=lines[i] if lines is not None else i + 1, hint="remove or fix the line")
         for key in ("prompt", "completion", "text"):
             value = rec.get(key)
             if isinstance(value, str) and len(value) > MAX_VARIANT_CHARS:
@@ -395,9 +395,3 @@ def dry_run(trainer: Any) -> float:
     if value != value:  # NaN
         raise SagoInputError("dry run: the loss is NaN")
     return value
-
-
-def save_resolved(recipe: Recipe, data: dict[str, Any], output_dir: str) -> None:
-    """Keep the recipe as it ran (after overrides) beside the outputs, for provenance."""
-    plain = json.loads(json.dumps(data, default=str))
-    atomic_write_text(Path(output_dir) / RESOLVED_RECIPE, yaml.safe_dump(plain, sort_keys=False))

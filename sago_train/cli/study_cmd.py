@@ -13,7 +13,14 @@ from typing import Any
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..functional.formatting import printable
-from ..io import atomic_write_json, check_output_dir, check_output_path, is_safe_name
+from ..io import (
+    acquire_run_lock,
+    atomic_write_json,
+    check_output_dir,
+    check_output_path,
+    is_safe_name,
+    release_run_lock,
+)
 from ..results.layout import SUMMARY, report_files
 from .dataclass_args import add_dataclass_arguments
 
@@ -73,15 +80,39 @@ def parse_models(values: list[str] | None) -> list[tuple[str, str]]:
     return out
 
 
-def _same_options(path: Path, config: SAGOConfig, model: str) -> bool:
+def _reusable(path: Path, config: SAGOConfig, model: str, fingerprints: dict[str, str]) -> str | None:
+    """None when ``OUT/NAME`` holds an evaluation of this model with these options on these very sets (their
+    fingerprints: the groups and the settings that change the numbers), else why not ("" when it holds none). A summary that is not
+    JSON, or not an object, is refused naming the file (it is no evaluation to reuse or to set aside)."""
     import json
 
+    from ..errors import type_name
+    from ..integrations.fingerprint import FINGERPRINT_KEY
+
+    src = path / SUMMARY
+    if not src.is_file():
+        return ""
     try:
-        data = json.loads((path / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    recorded = {k: v for k, v in (data.get("config") or {}).items() if k not in ("resolved", "generation")}
-    return data.get("model") == model and recorded == config.to_dict()
+        data = json.loads(src.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise SagoInputError(f"cannot reuse: not a summary written by sago-train ({type(err).__name__})",
+                             source=str(src), hint="remove the file, or run the study without --reuse") from None
+    if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
+        raise SagoInputError(f"cannot reuse: expected an object with 'config', got {type_name(data)}",
+                             source=str(src), hint="remove the file, or run the study without --reuse")
+    config_seen = data.get("config") or {}
+    recorded = {k: v for k, v in config_seen.items() if k not in ("resolved", "generation", FINGERPRINT_KEY)}
+    if data.get("model") != model:
+        return "another model was evaluated there"
+    if recorded != config.to_dict():
+        return "it was evaluated with other options"
+    seen = config_seen.get(FINGERPRINT_KEY)
+    if not isinstance(seen, dict):
+        return "it records no fingerprints of its sets"
+    changed = sorted(n for n in fingerprints if seen.get(n) != fingerprints[n]) or sorted(set(seen) - set(fingerprints))
+    if changed:
+        return f"the set '{changed[0]}' differs from the one it was evaluated on (other groups or prompts)"
+    return None
 
 
 def check_study_outputs(out: Path, models: list[tuple[str, str]], sets: dict[str, Any]) -> None:
@@ -104,33 +135,57 @@ def run(args: argparse.Namespace) -> int:
     from .eval_cmd import config_from_args
 
     config = config_from_args(args)
+    from ..distributed import launch_env
+
+    launch_env()  # a WORLD_SIZE that is not a count, or one left from another launch: one line now
     models = parse_models(args.models)
     out = Path(args.out)
     check_output_dir(out, what="--out")  # before the sets are read
-    from ..analysis.compare import compare_evaluations, load_sources
-    from ..analysis.report import write_report
-    from ..analysis.report_findings import findings_markdown
     from ..data.sources import sets_from_specs
-    from ..eval.evaluator import SAGOEvaluator
-    from ..functional.formatting import fmt_num
-    from .compare_cmd import print_comparison
-    from .console import make_console, user_text
+    from .console import make_console
 
     console = make_console()
     sets = sets_from_specs(args.sets or ["real"], key="set")
     check_study_outputs(out, models, sets)
+    acquire_run_lock(out)  # one process per study directory, as a run's
+    try:
+        return _study(args, config, models, sets, out, console)
+    finally:
+        release_run_lock(out)
+
+
+def _study(args: argparse.Namespace, config: SAGOConfig, models: list[tuple[str, str]], sets: Any, out: Path,
+           console: Any) -> int:
+    from ..analysis.compare import compare_evaluations, load_sources
+    from ..analysis.report import write_report
+    from ..analysis.report_findings import findings_markdown
+    from ..eval.evaluator import SAGOEvaluator
+    from ..functional.formatting import fmt_num
+    from ..integrations.fingerprint import FINGERPRINT_KEY, set_fingerprints
+    from .compare_cmd import print_comparison
+    from .console import user_text
+
+    fingerprints = set_fingerprints(sets, config)
     timings = {}
     for name, path in models:
         target = out / name
-        if args.reuse and _same_options(target, config, path):
-            console.print(f"study: {name}: reusing {user_text(target)}")
-            continue
+        if args.reuse:
+            why = _reusable(target, config, path, fingerprints)
+            if why is None:
+                console.print(f"study: {name}: reusing {user_text(target)}")
+                continue
+            if why:
+                console.print(f"study: {name}: not reusing {user_text(target)}: {user_text(why)}")
         start = time.perf_counter()
         evaluator = SAGOEvaluator.from_pretrained(path, dtype=args.dtype, config=config)
         evaluator.remedy_style = "cli"  # warnings name flags
         result = evaluator.evaluate(sets)
         result.model = path
+        result.config[FINGERPRINT_KEY] = fingerprints
         result.write(target)
+        if result.kept_previous:
+            console.print(f"study: {name}: kept the evaluation that was in {user_text(target)}: its "
+                          f"{result.kept_previous[1]} files moved to {user_text(result.kept_previous[0])}")
         timings[name] = time.perf_counter() - start
         accuracy = ", ".join(f"{s}: {fmt_num(v.accuracy.mean) if v.accuracy else '-'}" for s, v in result.sets.items())
         console.print(f"study: {name} ({user_text(path)}) evaluated in {timings[name]:.0f} s; accuracy {accuracy}")

@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SagoInputError, unknown_name_error
+from ..errors import SagoInputError, short_repr, type_name, unknown_name_error
 from ..functional.axes import DEFAULT_AXES, parse_axes
 from ..functional.axes.correctness import MATCH_MODES
 from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
@@ -111,6 +111,7 @@ class SAGOConfig:
     )
 
     def __post_init__(self) -> None:
+        self._check_types()
         self.axes = parse_axes(self.axes)
         self.layers = check_layer_indices(self.layers)
         if self.pooling is not None:
@@ -137,6 +138,32 @@ class SAGOConfig:
                                             or self.max_groups < 0):
             raise SagoInputError(f"expected an integer >= 0 (0 = every group) or None, got {self.max_groups!r}",
                                  key="max_groups")
+
+    def _check_types(self) -> None:
+        """Options of the wrong type, refused with the expected type before anything uses them (a nested list
+        given for ``similarity`` was a TypeError, ``stop_strings: [5]`` failed every evaluation inside
+        generation)."""
+        for name in ("prompt_pooling", "similarity", "embedding_model", "chat_template", "correctness"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise SagoInputError(f"expected a string, got {type_name(value)} {short_repr(value)}", key=name)
+        if self.pooling is not None and not isinstance(self.pooling, str):
+            raise SagoInputError(f"expected a string, got {type_name(self.pooling)} {short_repr(self.pooling)}",
+                                 key="pooling")
+        stops = self.stop_strings
+        if not isinstance(stops, str) and (not isinstance(stops, (list, tuple))
+                                           or not all(isinstance(s, str) and s for s in stops)):
+            raise SagoInputError(f"expected a list of non-empty strings, got {type_name(stops)} {short_repr(stops)}",
+                                 key="stop_strings", hint="e.g. stop_strings: [\"\\n\\n\"]")
+        if isinstance(stops, tuple):
+            self.stop_strings = list(stops)
+        if not isinstance(self.axes, str) and (not isinstance(self.axes, (list, tuple))
+                                               or not all(isinstance(a, str) for a in self.axes)):
+            raise SagoInputError(f"expected axis names (a list of strings or 'a,b'), got {type_name(self.axes)} "
+                                 f"{short_repr(self.axes)}", key="axes")
+        if not isinstance(self.strict, bool):
+            raise SagoInputError(f"expected true or false, got {type_name(self.strict)} {short_repr(self.strict)}",
+                                 key="strict")
 
     @classmethod
     def field_names(cls) -> list[str]:

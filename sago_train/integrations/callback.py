@@ -33,6 +33,7 @@ from ..functional.axes import ACCURACY, INSTABILITY
 from ..functional.formatting import printable
 from ..io import set_aside
 from ..model.tokenize import resolve_chat_template
+from ..results import store
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
 from .early_stopping import check_target
@@ -170,7 +171,12 @@ class SAGOCallback(TrainerCallback):
         resumed = state.global_step > 0
         self.monitor = MonitorState(Path(args.output_dir) / SAGO_DIR)
         self.monitor.claim(resumed=resumed, overwrite=self.options.overwrite)
-        self.monitor.load(state.global_step if resumed else None, write=main)
+        try:
+            self.monitor.load(state.global_step if resumed else None, write=main,
+                              require_baseline=not self.options.new_baseline)
+        except SagoInputError:
+            self.monitor.release()
+            raise
         new_baseline = resumed and self._new_baseline_needed(self.monitor, main)
         if new_baseline:  # early stopping's reference and looks were measured against the old baseline
             for listener in self._listeners:
@@ -213,8 +219,10 @@ class SAGOCallback(TrainerCallback):
             return False
         if main:
             aside = set_aside(monitor.history_path)
+            steps = store.set_aside_steps(monitor.root, None, aside)  # the new history's records never replace them
             logger.warning("sago: set '%s' changed since step %d: new baseline; the previous history was moved to "
-                           "%s", *changed, printable(aside))
+                           "%s%s", *changed, printable(aside), f", its step folders to {printable(steps)}" if steps
+                           else "")
         monitor.load(None)
         return True
 

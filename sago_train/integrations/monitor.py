@@ -12,6 +12,7 @@ is tested without a Trainer.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,11 +25,14 @@ from ..eval.degenerate import degenerate_sets
 from ..functional import stats, verdict_rule
 from ..functional.axes import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
 from ..functional.axes.registry import higher_is_better
-from ..io import acquire_run_lock, release_run_lock
+from ..functional.formatting import printable
+from ..io import acquire_run_lock, release_run_lock, set_aside
 from ..results import store
 from ..results.evaluation import Evaluation
-from ..results.layout import history_path, step_dir
+from ..results.layout import history_path, records_name, step_dir
 from ..results.sets import paired_group_values, paired_worst_kind
+
+logger = logging.getLogger("sago_train.integrations.callback")  # the callback's log
 
 #: Correctness quantities compared beside the axes (higher is better).
 ACCURACIES = (ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND)
@@ -134,7 +138,7 @@ class MonitorState:
             self._lock = None
 
     # ------------------------------------------------------------------ resume
-    def load(self, resume_step: int | None, *, write: bool = True) -> None:
+    def load(self, resume_step: int | None, *, write: bool = True, require_baseline: bool = True) -> None:
         """Reload the history. A fresh run (``resume_step`` None) starts empty; a resumed run keeps evaluations
         up to the checkpoint's step and drops later ones, which the resumed run will redo (so none is
         duplicated). A corrupt history line is logged (file and line) and skipped, and counted in
@@ -146,12 +150,27 @@ class MonitorState:
         run = store.Run.read(self.root.parent, self.root, self.root.name, allow_empty=True)
         self.skipped_lines = run.skipped_lines
         self.history = [h for h in run.history if int(h["step"]) <= resume_step]
+        later = [int(h["step"]) for h in run.history if int(h["step"]) > resume_step]
+        if write and later:  # the lines the resumed run will redo: kept whole with their records, never deleted
+            aside = set_aside(self.history_path)
+            steps = store.set_aside_steps(self.root, later, aside)
+            logger.warning("sago: resuming at step %d: the history's %d later evaluation(s) (steps %s) were set "
+                           "aside: the whole history in %s%s", resume_step, len(later),
+                           ", ".join(map(str, later[:10])) + (", ..." if len(later) > 10 else ""), printable(aside),
+                           f", their step folders in {printable(steps)}" if steps else "")
         if write:  # only the main process writes
             store.write_history(self.root, self.history)
-        for entry in self.history:
+        for i, entry in enumerate(self.history):
             ev = run.evaluation(int(entry["step"]))
             if all(s.has_records for s in ev.sets.values()):
                 self.observe(ev)
+            elif i == 0 and require_baseline:  # without the baseline's records the changes would silently be against a later step
+                missing = [records_name(n) for n, s in ev.sets.items() if not s.has_records]
+                raise SagoInputError(
+                    f"the baseline (step {entry['step']}) of {self.history_path} has no group records "
+                    f"({self.step_dir(int(entry['step'])) / missing[0]} is missing): the resumed run would compare "
+                    "with a later step instead", hint="restore the step folder, or resume with a new baseline "
+                    "(sago-train run --resume --new-baseline, SAGOCallback(new_baseline=True))")
 
     # ------------------------------------------------------------------ one evaluation
     def compare(self, ev: Evaluation, seed: int = 0) -> dict[str, dict[str, dict[str, Any]]]:

@@ -24,7 +24,7 @@ from ..limits import read_bounded_text
 from ..version import __version__
 from .group import ACCURACY, BETWEEN, INSTABILITY, GroupRecord, is_number, to_float
 from .layout import SUMMARY, records_name, records_path
-from .sets import SetEvaluation, _mean_summary
+from .sets import IDS_KEY, SetEvaluation, _mean_summary, ids_digest
 
 __all__ = ["ACCURACY", "BETWEEN", "INSTABILITY", "Evaluation", "GroupRecord", "SetEvaluation", "ordered_union",
            "read_group_records"]
@@ -66,6 +66,41 @@ def records_loader(directory: Path, set_name: str) -> Any:
     return load
 
 
+def checked_records_loader(directory: Path, set_name: str, given: SetEvaluation, source: str) -> Any:
+    """:func:`records_loader`, whose records are checked against the set's ``summary.json`` entry when read:
+    as many groups as ``n_groups`` says, and per axis as many values as its ``n`` with the mean it states
+    (``compare``, ``study`` and ``report`` took a hand-edited or mismatched summary's means as given)."""
+    import math
+
+    load = records_loader(directory, set_name)
+
+    def checked() -> list[GroupRecord] | None:
+        groups = load()
+        if groups is None:
+            return None
+        where = f"{source} against {directory / records_name(set_name)}"
+        if given.n_groups != len(groups):
+            raise SagoInputError(f"the summary says {given.n_groups} groups, the group records hold {len(groups)}",
+                                 source=where, key=f"sets.{set_name}.n_groups",
+                                 hint="the two files are not from one evaluation: evaluate again")
+        if given.ids_sha256 is not None and given.ids_sha256 != ids_digest([g.id for g in groups]):
+            raise SagoInputError("the group ids of the records are not those the summary was computed on",
+                                 source=where, key=f"sets.{set_name}.{IDS_KEY}",
+                                 hint="the two files are not from one evaluation: evaluate again")
+        for axis, summary in given.summaries.items():
+            values = [v for v in (g.value(axis) for g in groups) if math.isfinite(v)]
+            mean = sum(values) / len(values) if values else math.nan
+            same_mean = (math.isnan(mean) and math.isnan(summary.mean)) or math.isclose(
+                mean, summary.mean, rel_tol=1e-6, abs_tol=1e-9)
+            if len(values) != summary.n or not same_mean:
+                raise SagoInputError(f"the summary says n={summary.n}, mean={summary.mean:.6g}; the group records "
+                                     f"give n={len(values)}, mean={mean:.6g}", source=where,
+                                     key=f"sets.{set_name}.axes.{axis}",
+                                     hint="the two files are not from one evaluation: evaluate again")
+        return groups
+    return checked
+
+
 @dataclass
 class Evaluation:
     """One SAGO evaluation of one model on one or more variant sets.
@@ -93,6 +128,8 @@ class Evaluation:
     path: Path | None = None
     source: str = "eval"
     records_dir: Path | None = None  # where the group records were read from (None: in memory)
+    # set by write(): the folder the directory's previous evaluation moved to, and how many files it holds
+    kept_previous: tuple[Path, int] | None = field(default=None, compare=False, repr=False)
 
     # ------------------------------------------------------------------ per set
     def score(self, set_name: str, name: str) -> Summary | None:
@@ -226,8 +263,11 @@ class Evaluation:
         return out
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write ``summary.json`` and one ``<set>.jsonl`` of group records per set (each atomically: an
-        interrupted write leaves the previous file). Returns the directory.
+        """Write ``summary.json`` and one ``<set>.jsonl`` of group records per set, all or nothing (every file is
+        written to a temporary name first). An evaluation already in ``out_dir`` is never replaced: once the new
+        files are on disk its files move into ``out_dir/previous-<time>`` (named in :attr:`kept_previous`), so
+        none of them is lost or orphaned. Returns the directory; a write that fails (a full disk) is a
+        :class:`~sago_train.errors.SagoInputError` that says the previous files are as they were.
 
         Example:
             >>> ev = Evaluation.from_records(None, {"s": [{"id": "g0", "axes": {"activation": 0.2}}]})
@@ -235,13 +275,22 @@ class Evaluation:
             >>> sorted(p.name for p in d.iterdir()), Evaluation.read(d).mean("s", "activation")
             (['s.jsonl', 'summary.json'], 0.2)
         """
+        from .layout import set_aside_evaluation
+
         out = Path(out_dir)
         paths = self.output_files(out, list(self.sets))
         for path in paths:  # a link or a directory in a file's place is refused before anything is written
             check_output_path(path, what="evaluation output", root=out)
         summary = self.to_summary()  # computed first: a failure leaves no half-written directory
         data = [jsonl_bytes([g.to_dict() for g in s.groups or []]) for s in self.sets.values()] + [json_bytes(summary)]
-        atomic_write_files(dict(zip(paths, data)))  # all or nothing: a full disk leaves the previous files
+        kept: list[tuple[Path, int] | None] = []
+        try:  # all or nothing: a full disk leaves the previous files
+            atomic_write_files(dict(zip(paths, data)), before_replace=lambda: kept.append(set_aside_evaluation(out)))
+        except OSError as err:
+            raise SagoInputError(f"cannot write the evaluation: {err.strerror or err} ({err.filename or out}); "
+                                 "nothing was replaced, the previous files are as they were",
+                                 source=str(out), hint="free some space, or choose another --out") from None
+        self.kept_previous = kept[0] if kept else None
         return out
 
     @staticmethod
@@ -274,8 +323,9 @@ class Evaluation:
                                  source=str(src), key="sets")
         if not data["sets"]:
             raise SagoInputError("no sets in the summary", source=str(src), key="sets")
-        sets = {name: SetEvaluation.from_summary(name, entry, source=str(src), load=records_loader(path, name))
-                for name, entry in data["sets"].items()}
+        sets = {name: SetEvaluation.from_summary(name, entry, source=str(src)) for name, entry in data["sets"].items()}
+        for name, s in sets.items():
+            s._load = checked_records_loader(path, name, s, str(src))
         config = data.get("config") if isinstance(data.get("config"), dict) else {}
         return cls(sets, model=data["model"] if isinstance(data.get("model"), str) else "", config=config,
                    warnings=[w for w in data.get("warnings") or [] if isinstance(w, str)], label=path.name,
@@ -314,6 +364,9 @@ class Evaluation:
         if not isinstance(line.get("sets"), dict) or not line["sets"]:
             raise SagoInputError(f"expected a non-empty object of set -> axes, got {line.get('sets')!r}"[:300],
                                  source=source, line=lineno, key="sets")
+        from .history_checks import check_compare_block
+
+        check_compare_block(line, source=source, lineno=lineno)
         sets = {name: SetEvaluation.from_history(name, line, source=source, lineno=lineno,
                                                  load=None if records_dir is None else records_loader(records_dir, name))
                 for name in line["sets"]}

@@ -83,8 +83,9 @@ def report_files(out_dir: str | Path, set_names: list[str]) -> list[Path]:
 
 def result_files(directory: str | Path) -> dict[str, Path]:
     """The result files a reader finds in ``directory`` (an evaluation directory, a run's output_dir or its
-    ``sago/`` folder), each with a label for error messages: what ``compare`` and ``report`` read, and so what
-    their outputs must never replace.
+    ``sago/`` folder), each with its own label for error messages: what ``compare`` and ``report`` read, and so
+    what their outputs must never replace. Every file is listed (each ``<set>.jsonl`` of group records, each
+    ``step-<N>/<set>.jsonl``, the summary and the history), not one per directory.
 
     Example:
         >>> result_files("/tmp/sago-no-such-dir")
@@ -95,5 +96,53 @@ def result_files(directory: str | Path) -> dict[str, Path]:
     for base in (root, root / SAGO_DIR):
         for path in [base / SUMMARY, base / HISTORY, *sorted(base.glob("*.jsonl")), *sorted(base.glob("step-*/*.jsonl"))]:
             if path.is_file():
-                found.setdefault(f"a results file read from {root}", path)
+                what = ("the summary" if path.name == SUMMARY else "the history" if path.name == HISTORY
+                        else "group records")
+                found.setdefault(f"a results file read from {root} ({what} {path.relative_to(root).as_posix()})",
+                                 path)
     return found
+
+
+PREVIOUS_PREFIX = "previous-"  # an evaluation directory's earlier evaluation, kept when a new one is written
+
+
+def evaluation_files(directory: str | Path) -> list[Path]:
+    """The files of the evaluation in ``directory``: its ``summary.json`` and every ``<set>.jsonl`` beside it
+    (regular files only); empty when it holds no evaluation (no summary).
+
+    Example:
+        >>> evaluation_files("/tmp/sago-no-such-dir")
+        []
+    """
+    root = Path(directory)
+    summary = root / SUMMARY
+    if not summary.is_file() or summary.is_symlink():
+        return []
+    return [summary, *(p for p in sorted(root.glob("*.jsonl")) if p.is_file() and not p.is_symlink())]
+
+
+def set_aside_evaluation(directory: str | Path) -> tuple[Path, int] | None:
+    """Move the evaluation in ``directory`` (:func:`evaluation_files`) into a new folder
+    ``previous-<time>[.N]`` inside it, which stays an evaluation directory that ``compare`` and ``report`` read;
+    return it and how many files moved, or None when there was no evaluation. The folder is made with ``mkdir``,
+    which never gives a name twice, so no earlier copy is ever replaced."""
+    import os
+    import time
+
+    files = evaluation_files(directory)
+    if not files:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for n in range(10_000):
+        aside = Path(directory) / f"{PREVIOUS_PREFIX}{stamp}{'' if n == 0 else f'.{n}'}"
+        try:
+            aside.mkdir()
+        except FileExistsError:
+            continue
+        for path in files:
+            os.rename(path, aside / path.name)
+        return aside, len(files)
+    from ..errors import SagoInputError
+
+    raise SagoInputError(f"cannot set the evaluation in {directory} aside: 10,000 earlier ones are kept there",
+                         hint="remove old previous-* folders")

@@ -53,6 +53,23 @@ def summary_from_dict(value: Any, *, source: str | None = None, line: int | None
     return Summary(to_float(value["mean"]), to_float(value.get("ci_low")), to_float(value.get("ci_high")), n or 0)
 
 
+#: A set's ``summary.json`` entry: the SHA-256 of its group ids, in order, one per line (checked on reading
+#: against the ``<set>.jsonl`` beside it).
+IDS_KEY = "ids_sha256"
+
+
+def ids_digest(ids: Sequence[str]) -> str:
+    """SHA-256 hex of ``ids`` joined by new lines.
+
+    Example:
+        >>> ids_digest(["a", "b"])[:12]
+        '7e18f737311b'
+    """
+    import hashlib
+
+    return hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _mean_summary(values: Sequence[float]) -> Summary:
     finite = [v for v in values if math.isfinite(v)]
     return Summary(float(np.mean(finite)) if finite else _NAN, _NAN, _NAN, len(finite))
@@ -89,6 +106,7 @@ class SetEvaluation:
     n_bootstrap: int = 2000
     _groups: list[GroupRecord] | None = field(default=None, repr=False)
     _load: Callable[[], list[GroupRecord] | None] | None = field(default=None, repr=False)
+    ids_sha256: str | None = field(default=None, repr=False, compare=False)  # read from summary.json, to check
 
     @classmethod
     def from_groups(cls, name: str, axes: Sequence[str], groups: Sequence[GroupRecord], kinds: list[str] | None = None,
@@ -230,6 +248,7 @@ class SetEvaluation:
             "reliability": {a: r.to_dict() for a, r in self.reliability.items()},
             "set_level": self.set_level,
             "notes": self.notes,
+            **({IDS_KEY: ids_digest([g.id for g in self._groups])} if self._groups is not None else {}),
         })
 
     @classmethod
@@ -245,13 +264,16 @@ class SetEvaluation:
                                  key=f"{key}.axes")
         summaries = {a: summary_from_dict(v, source=source, key=f"{key}.axes.{a}") for a, v in axes.items()}
         inst = entry.get(INSTABILITY)
-        return cls(name, list(summaries), summaries,
+        ids = entry.get(IDS_KEY)
+        out = cls(name, list(summaries), summaries,
                    instability=None if inst is None else summary_from_dict(inst, source=source, key=f"{key}.{INSTABILITY}"),
                    correctness=_correctness(entry.get("correctness"), source, None, f"{key}.correctness"),
                    n_groups=int(entry["n_groups"]) if is_number(entry.get("n_groups")) else _n_from(summaries),
                    skipped=_object(entry.get("skipped"), source, None, f"{key}.skipped"),
                    skipped_axes=_names(entry.get("skipped_axes"), source, None, f"{key}.skipped_axes"),
                    set_level=_object(entry.get("set_level"), source, None, f"{key}.set_level"), _load=load)
+        out.ids_sha256 = ids if isinstance(ids, str) else None
+        return out
 
     # ------------------------------------------------------------------ the history.jsonl entry
     def to_history(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from ..io import (
 from ..limits import MAX_REPEATED_WARNINGS
 from .evaluation import Evaluation, ordered_union
 from .group import GroupRecord
+from .layout import HISTORY as HISTORY_NAME
 from .layout import history_path, records_name, records_path, step_dir
 
 logger = logging.getLogger(__name__)
@@ -95,7 +97,32 @@ def claim_history(sago_dir: str | Path, *, resuming: bool, overwrite: bool) -> N
                  "pass SAGOCallback(overwrite=True) or sago-train run --overwrite, or choose another output directory",
         )
     aside = set_aside(path)
-    logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s", n, printable(aside))
+    steps = set_aside_steps(sago_dir, None, aside)
+    logger.warning("sago: overwrite: the previous history (%d evaluation(s)) was moved to %s%s", n, printable(aside),
+                   f", its step folders to {printable(steps)}" if steps else "")
+
+
+def set_aside_steps(sago_dir: str | Path, steps: list[int] | None, history_aside: Path) -> Path | None:
+    """Move the step folders ``step-<N>`` (those of ``steps``, or all) into a new folder named after the history
+    set aside with them (``history.jsonl.<time>.old`` -> ``steps.<time>.old``), so that a new run never writes
+    its records over those the kept history points at. The folder is made with ``mkdir``, which never gives a
+    name twice. Returns it, or None when there was nothing to move."""
+    root = Path(sago_dir)
+    found = [p for p in sorted(root.glob("step-*")) if p.is_dir() and not p.is_symlink()
+             and (steps is None or p.name in {f"step-{s}" for s in steps})]
+    if not found:
+        return None
+    stem = "steps" + history_aside.name[len(HISTORY_NAME):]
+    for n in range(10_000):
+        folder = root / (stem if n == 0 else f"{stem[:-4]}.{n}.old")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        for p in found:
+            os.rename(p, folder / p.name)
+        return folder
+    raise SagoInputError(f"cannot set the step folders of {root} aside: 10,000 copies exist", hint="remove old ones")
 
 
 @dataclass

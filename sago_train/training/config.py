@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from ..data.generators import FREE_TEXT_KINDS, GENERATORS
 from ..errors import SagoInputError, did_you_mean, unknown_name_error
+from ..limits import MAX_FRESH_VARIANTS, MAX_LOSS_WEIGHT, MAX_NEW_TOKENS, MAX_TRAINING_STEPS
 from ..model.layers import check_layer_indices
 
 MODES = ("centroid", "anchor", "relative", "consistency")
@@ -30,12 +31,16 @@ def _check_weight(name: str, value: Any) -> float:
         raise SagoInputError(
             f"expected a weight >= 0, got {value!r}", key=name, hint="a weight of 0 disables the term"
         )
+    if value > MAX_LOSS_WEIGHT:
+        raise SagoInputError(f"expected a number in [0, {MAX_LOSS_WEIGHT:g}] (MAX_LOSS_WEIGHT), got {value!r}",
+                             key=name)
     return float(value)
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SagoInputError(f"expected an integer >= {low}, got {value!r}", key=name)
+def _check_int(name: str, value: Any, low: int, high: int, limit: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SagoInputError(f"expected an integer in [{low:,}, {high:,}] ({limit}), got {str(value)[:40]}",
+                             key=name)
     return value
 
 
@@ -223,8 +228,7 @@ class StabilityConfig:
             self.act_pooling, self.pooling = _check_choice("pooling", self.pooling, POOLINGS), None
         self.act_pooling = _check_choice("act_pooling", self.act_pooling, POOLINGS)
         self.task_loss_variants = _check_choice("task_loss_variants", self.task_loss_variants, TASK_LOSS_VARIANTS)
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise SagoInputError(f"expected an integer >= 0, got {self.warmup_steps!r}", key="warmup_steps")
+        self.warmup_steps = _check_int("warmup_steps", self.warmup_steps, 0, MAX_TRAINING_STEPS, "MAX_TRAINING_STEPS")
         self.layers = check_layer_indices(self.layers)
         self.divergence = _check_choice("divergence", self.divergence, DIVERGENCES)
         self.teacher = _check_choice("teacher", self.teacher, TEACHERS)
@@ -234,7 +238,8 @@ class StabilityConfig:
             raise SagoInputError("expected a temperature > 0, got 0", key="teacher_temperature")
         self.confidence_threshold = _check_unit("confidence_threshold", self.confidence_threshold,
                                                 closed_low=True, open_high=True)
-        self.fresh_variants = _check_int("fresh_variants", self.fresh_variants, 0)
+        self.fresh_variants = _check_int("fresh_variants", self.fresh_variants, 0, MAX_FRESH_VARIANTS,
+                                         "MAX_FRESH_VARIANTS")
         if self.fresh_kinds is not None:
             self.fresh_kinds = _check_fresh_kinds(self.fresh_kinds)
         if not isinstance(self.fixed_variants, bool):
@@ -242,7 +247,8 @@ class StabilityConfig:
         if not self.fixed_variants and self.fresh_variants < 1:
             raise SagoInputError("fixed_variants=False keeps only the canonical prompt, so a group needs fresh "
                                  "variants", key="fixed_variants", hint="set fresh_variants >= 1")
-        self.unlabeled_max_new_tokens = _check_int("unlabeled_max_new_tokens", self.unlabeled_max_new_tokens, 1)
+        self.unlabeled_max_new_tokens = _check_int("unlabeled_max_new_tokens", self.unlabeled_max_new_tokens, 1,
+                                                   MAX_NEW_TOKENS, "MAX_NEW_TOKENS")
         if self.divergence == "js" and self.teacher != "self":
             raise SagoInputError(
                 f"divergence 'js' compares the canonical and each variant without a stop-gradient, so it has no "

@@ -17,7 +17,8 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..errors import SagoInputError
+from ..errors import SagoInputError, type_name
+from ..io import atomic_write_bytes
 
 STATE_FILE = "sago_consistency_state-rank{rank}.pt"
 TEACHER_FILE = "sago_ema_teacher.pt"
@@ -40,9 +41,67 @@ class ConsistencyStateCallback(TrainerCallback):
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         folder.mkdir(parents=True, exist_ok=True)
         if self.drawer is not None:
-            torch.save({"draws": dict(self.drawer.consumed)}, folder / STATE_FILE.format(rank=args.process_index))
+            save_atomic({"draws": dict(self.drawer.consumed)}, folder / STATE_FILE.format(rank=args.process_index))
         if self.teacher is not None and self.teacher.shadow and args.process_index == 0:
-            torch.save({"shadow": [s.detach().cpu().clone() for s in self.teacher.shadow]}, folder / TEACHER_FILE)
+            save_atomic({"shadow": [s.detach().cpu().clone() for s in self.teacher.shadow]}, folder / TEACHER_FILE)
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    """``torch.save`` into memory, then one atomic write (temporary file, fsync, rename): a crash or a full disk
+    while saving leaves no truncated state file in the checkpoint (the previous file, or none)."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_state(path: Path, key: str, what: str) -> Any:
+    """``torch.load(path, weights_only=True)[key]``, with a truncated or foreign file, or one without ``key``,
+    refused naming the file (not a pickle or zip traceback after the model loaded)."""
+    fix = "resume from another checkpoint, or remove the file to restart that state"
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - truncated zip, foreign pickle, unreadable file: all one answer
+        raise SagoInputError(f"cannot read the {what} ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
+                             if str(err) else f"cannot read the {what} ({type(err).__name__})", source=str(path),
+                             hint=fix) from None
+    if not isinstance(data, dict) or key not in data:
+        raise SagoInputError(f"expected the {what}: an object with '{key}', got {type_name(data)}", source=str(path),
+                             hint=fix)
+    return data[key]
+
+
+def check_shadow(path: Path, shadow: Any, teacher: Any) -> list[torch.Tensor]:
+    """The saved EMA average, each tensor checked against the teacher's: a list of as many tensors, each of the
+    parameter's shape and dtype and finite (a tampered state of NaN values or another dtype loaded silently)."""
+    want = [(tuple(s.shape), s.dtype) for s in teacher.shadow]
+    if not isinstance(shadow, list) or not all(isinstance(s, torch.Tensor) for s in shadow):
+        raise SagoInputError(f"expected a list of tensors, got {type_name(shadow)}", source=str(path), key="shadow",
+                             hint="resume from another checkpoint")
+    got = [(tuple(s.shape), s.dtype) for s in shadow]
+    if got != want:
+        i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        raise SagoInputError(
+            f"the saved EMA teacher does not fit this model: {len(got)} tensors saved for {len(want)} trainable "
+            f"parameters; the first difference is at tensor {i} (saved {_shown(got, want, i)}, expected "
+            f"{_shown(want, got, i)})",
+            source=str(path), key="teacher",
+            hint="resume with the model, adapter and trainable parameters the checkpoint was trained with")
+    bad = next((i for i, s in enumerate(shadow) if s.is_floating_point() and not bool(torch.isfinite(s).all())), None)
+    if bad is not None:
+        raise SagoInputError(f"tensor {bad} of the saved EMA teacher holds NaN or infinite values", source=str(path),
+                             key="shadow", hint="resume from another checkpoint")
+    return shadow
+
+
+def _shown(items: list[Any], others: list[Any], i: int) -> str:
+    """Tensor ``i``'s shape, and its dtype where the shapes agree (the dtype is then the difference)."""
+    if i >= len(items):
+        return "none"
+    shape, dtype = items[i]
+    same_shape = i < len(others) and others[i][0] == shape
+    return f"{shape} {str(dtype).replace('torch.', '')}" if same_shape else str(shape)
 
 
 def _missing(checkpoint: str | Path, name: str, what: str) -> None:
@@ -60,17 +119,7 @@ def load_state(checkpoint: str | Path, teacher: Any, drawer: Any, rank: int) -> 
             _missing(checkpoint, path.name, "the EMA teacher restarts from the checkpoint's weights")
             ok = False
         else:
-            shadow = torch.load(path, map_location="cpu", weights_only=True)["shadow"]
-            want = [tuple(s.shape) for s in teacher.shadow]
-            got = [tuple(s.shape) for s in shadow]
-            if got != want:
-                i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                raise SagoInputError(
-                    f"{path}: the saved EMA teacher does not fit this model: {len(got)} tensors saved for "
-                    f"{len(want)} trainable parameters; the first difference is at tensor {i} (saved "
-                    f"{got[i] if i < len(got) else 'none'}, expected {want[i] if i < len(want) else 'none'})",
-                    key="teacher", hint="resume with the model, adapter and trainable parameters the checkpoint "
-                                        "was trained with")
+            shadow = check_shadow(path, read_state(path, "shadow", "saved EMA teacher"), teacher)
             with torch.no_grad():
                 for s, v in zip(teacher.shadow, shadow):
                     s.copy_(v.to(device=s.device, dtype=s.dtype))
@@ -80,7 +129,12 @@ def load_state(checkpoint: str | Path, teacher: Any, drawer: Any, rank: int) -> 
             _missing(checkpoint, path.name, "fresh variants start again from their first draw")
             ok = False
         else:
-            drawer.restore(torch.load(path, map_location="cpu", weights_only=True)["draws"])
+            draws = read_state(path, "draws", "saved fresh-variant draw counts")
+            if not isinstance(draws, dict) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in draws.values()):
+                raise SagoInputError(f"expected an object of group -> draw count, got {type_name(draws)}",
+                                     source=str(path), key="draws", hint="resume from another checkpoint")
+            drawer.restore(draws)
     return ok
 
 

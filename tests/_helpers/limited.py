@@ -49,9 +49,17 @@ def _child_env() -> dict[str, str]:
                 OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
-def run_cli_limited(argv: list[str], *, cwd: Path | None = None, wall_limit_s: float = WALL_LIMIT_S) -> Limited:
-    """``python -m sago_train.cli.main ARGV`` under ``MEMORY_LIMIT``; kills its process group on timeout."""
-    env = _child_env()
+def run_cli_limited(argv: list[str], *, cwd: Path | None = None, wall_limit_s: float = WALL_LIMIT_S,
+                    env: dict[str, str] | None = None) -> Limited:
+    """``python -m sago_train.cli.main ARGV`` under ``MEMORY_LIMIT``; kills its process group on timeout. ``env``:
+    variables set (or, with the value None, removed) in the child's environment on top of the usual ones."""
+    child = _child_env()
+    for name, value in (env or {}).items():
+        if value is None:
+            child.pop(name, None)
+        else:
+            child[name] = value
+    env = child
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "sago_train.cli.main", *argv], cwd=cwd or ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_limit_memory,

@@ -17,6 +17,7 @@ from sago_train.cli.main import main
 from sago_train.functional.formatting import fmt_num, fmt_p
 
 from .._helpers.results_dirs import (
+    _set_summary,
     _write_jsonl,
     assert_report,
     axis_values,
@@ -112,7 +113,13 @@ def test_paired_comparison_pairs_by_group_id(tmp_path):
     b = write_eval_dir(tmp_path / "b", {"s": values})
     # Same groups in another order and one group fewer: pairing by id still finds no difference.
     recs = [json.loads(x) for x in (b / "s.jsonl").read_text().splitlines()]
-    _write_jsonl(b / "s.jsonl", list(reversed(recs))[1:])
+    kept = list(reversed(recs))[1:]
+    _write_jsonl(b / "s.jsonl", kept)
+    # its summary made from the records kept (a summary of other records is refused on reading: round 4)
+    summary = json.loads((b / "summary.json").read_text())
+    entry = _set_summary({k: [r["axes"][k] for r in kept] for k in values})
+    summary["sets"]["s"].update(n_groups=len(kept), axes={k: entry[k] for k in values})
+    (b / "summary.json").write_text(json.dumps(summary))
     rows = paired_against_first([load_evaluation(a), load_evaluation(b)])
     act = next(r for r in rows if r["axis"] == "activation")
     assert act["n"] == 11 and act["mean_diff"] == 0 and act["verdict"] == "no significant difference"
@@ -199,6 +206,8 @@ def test_nan_values_and_missing_ci_are_handled(tmp_path, capsys):
     values["confidence"] = [math.nan, 0.1, 0.2, math.nan, 0.3, 0.1]
     ev = write_eval_dir(tmp_path / "ev", {"s": values}, accuracy=None)
     recs = [json.loads(x.replace("NaN", "null")) for x in (ev / "s.jsonl").read_text().splitlines()]
+    for r in recs:  # mirroring undefined for every group, as the summary below says (n = 0)
+        r["axes"]["mirroring"] = None
     _write_jsonl(ev / "s.jsonl", recs)
     summary = json.loads((ev / "summary.json").read_text().replace("NaN", "null"))
     summary["sets"]["s"]["axes"]["mirroring"] = {"mean": None, "ci_low": None, "ci_high": None, "n": 0}

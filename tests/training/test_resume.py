@@ -85,3 +85,73 @@ def test_runs_without_ema_or_fresh_variants_save_nothing_extra(tmp_path, tok):
     trainer.train()
     assert (tmp_path / "checkpoint-1").is_dir()
     assert not list(tmp_path.glob("checkpoint-1/sago_consistency_state*"))
+
+
+# ------------------------------------------------------------------ round 4 (issue 34): written atomically, read checked
+def _saved_shadow(trainer) -> list[torch.Tensor]:
+    return [s.detach().cpu().clone() for s in trainer._sago_teacher.shadow]
+
+
+@pytest.mark.parametrize("tamper, expect", [
+    ("truncated", r"sago_ema_teacher.pt: cannot read the saved EMA teacher \("),
+    ("nan", r"sago_ema_teacher.pt: field 'shadow': tensor 0 of the saved EMA teacher holds NaN or infinite values"),
+    ("float16", r"the first difference is at tensor 0 \(saved \(\d+, \d+\) float16, expected \(\d+, \d+\) float32\)"),
+    ("not_a_list", r"sago_ema_teacher.pt: field 'shadow': expected a list of tensors, got"),
+    ("no_shadow", r"sago_ema_teacher.pt: expected the saved EMA teacher: an object with 'shadow', got"),
+], ids=["truncated", "nan", "float16", "not_a_list", "no_shadow"])
+def test_a_tampered_ema_state_is_refused_naming_the_file(tamper, expect, tmp_path, tok):
+    """A truncated state was a zip traceback; NaN values or another dtype loaded silently."""
+    from sago_train.training.resume import save_atomic
+
+    trainer = _trainer(tmp_path, tok)
+    shadow = _saved_shadow(trainer)
+    path = tmp_path / TEACHER_FILE
+    if tamper == "truncated":
+        save_atomic({"shadow": shadow}, path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif tamper == "nan":
+        shadow[0][0, 0] = float("nan")
+        save_atomic({"shadow": shadow}, path)
+    elif tamper == "float16":
+        save_atomic({"shadow": [s.half() for s in shadow]}, path)
+    elif tamper == "not_a_list":
+        save_atomic({"shadow": {"a": 1}}, path)
+    else:
+        save_atomic({"other": shadow}, path)
+    before = [s.clone() for s in trainer._sago_teacher.shadow]
+    with pytest.raises(SagoInputError, match=expect):
+        load_state(tmp_path, trainer._sago_teacher, trainer.data_collator.fresh, rank=0)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer._sago_teacher.shadow))  # nothing half-loaded
+
+
+def test_checkpoint_state_is_written_atomically(tmp_path, tok, monkeypatch):
+    """torch.save wrote straight into the checkpoint: a crash or a full disk left a truncated file there. Now a
+    failed save leaves the previous file and no temporary one."""
+    import errno
+
+    import sago_train.io as sio
+    from sago_train.training.resume import save_atomic
+
+    trainer = _trainer(tmp_path, tok)
+    path = tmp_path / TEACHER_FILE
+    save_atomic({"shadow": _saved_shadow(trainer)}, path)
+    good = path.read_bytes()
+    real = sio.os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sio.os, "fdopen", lambda fd, *a, **k: Full(real(fd, *a, **k)))
+    with pytest.raises(OSError, match="No space left"):
+        save_atomic({"shadow": [s * 2 for s in _saved_shadow(trainer)]}, path)
+    assert path.read_bytes() == good and sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [TEACHER_FILE]
