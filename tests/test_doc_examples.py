@@ -90,7 +90,7 @@ def sago_rows(log_history: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
 #: Axes that need greedy generation: computed at every ``generation_every``-th evaluation only (default 4), the
 #: baseline and the final evaluation always; the others log the remaining axes and no accuracy (and no
 #: instability where an axis was skipped).
-GENERATION_AXES = ("generation", "mirroring")
+GENERATION_AXES = ("confidence", "generation", "mirroring")  # confidence: after the model's own lead-in
 
 
 def assert_sago_logged(log_history: list[dict[str, Any]], steps: list[int], sets: list[str], axes: list[str],
@@ -139,16 +139,16 @@ def test_readme_evaluation_then_reading_it(tmp_path, monkeypatch, capsys):
     ns = run_block("README.md", "evaluator = SAGOEvaluator.from_pretrained(", {})
     result = ns["result"]
     assert sorted(result.sets) == sorted(bundled_sets())
-    summary = result.sets["paraphrase"].summaries["activation_rel"]
+    summary = result.sets["paraphrase"].summaries["confidence"]
     assert f"Summary(mean={summary.mean}" in capsys.readouterr().out
     records = [json.loads(line) for line in (tmp_path / "results" / "paraphrase.jsonl").read_text().splitlines()]
-    values = [r["axes"]["activation_rel"] for r in records]
+    values = [r["axes"]["confidence"] for r in records]
     assert summary.n == len(values) == len(bundled_sets()["paraphrase"].groups)
     assert summary.mean == pytest.approx(float(np.mean(values)), rel=1e-9) and summary.mean > 0
 
     ns = run_block("docs/results.md", "ev = Evaluation.read(", {})
     read = ns["ev"].sets["paraphrase"]
-    assert read.summaries["activation_rel"].mean == pytest.approx(summary.mean, rel=1e-12)
+    assert read.summaries["confidence"].mean == pytest.approx(summary.mean, rel=1e-12)
     assert read.accuracy == result.sets["paraphrase"].accuracy
     assert str(read.accuracy) in capsys.readouterr().out
 
@@ -194,7 +194,7 @@ def test_readme_callback_example(tmp_path, monkeypatch):
     assert_sago_logged(trainer.state.log_history, [0, 4], sorted(bundled_sets()), sago.config.axes)
     history = [json.loads(line) for line in (tmp_path / "out" / "sago" / "history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [0, 4]
-    assert all(h["sets"]["typo"]["activation_rel"]["n"] == len(bundled_sets()["typo"].groups) for h in history)
+    assert all(h["sets"]["typo"]["confidence"]["n"] == len(bundled_sets()["typo"].groups) for h in history)
 
 
 @pytest.mark.slow
@@ -256,7 +256,7 @@ def test_early_stopping_examples(caplog):
         planned._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
     assert [w.looks for w in fixed.watchers] == [15, 15]  # 20 evaluations after the baseline, patience 3
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith(
-        "sago early stopping: sago/paraphrase/activation_rel"))
+        "sago early stopping: sago/paraphrase/confidence"))
     assert block("docs/early-stopping.md", "sago early stopping: sago/", "text").strip() == line
     ns = run_block("docs/early-stopping.md", "stop.plan(64", {})
     assert ns["stop"].looks == 15
@@ -324,7 +324,7 @@ def test_trl_script(tmp_path):
     (tmp_path / "sft_sago.py").write_text(block("docs/monitoring.md", "parser = TrlParser("))
     (tmp_path / "data").mkdir()
     shutil.copy(DEMO_TRAIN, tmp_path / "data" / "train.jsonl")  # --dataset_name data: its train split
-    (tmp_path / "sago.yaml").write_text("sago_sets: tiny\nsago_max_groups: 4\nsago_axes: activation,confidence\n"
+    (tmp_path / "sago.yaml").write_text("sago_sets: tiny\nsago_max_groups: 4\nsago_axes: activation,confidence_prob\n"
                                         "sago_early_stopping_metric: sago/paraphrase/activation\n")
     argv = ["--config", "sago.yaml", "--model_name_or_path", str(tiny_model_path()), "--dataset_name", "data",
             "--output_dir", "out", "--max_steps", "3", "--bf16", "false", "--report_to", "none",
@@ -335,10 +335,10 @@ def test_trl_script(tmp_path):
     history = [json.loads(line) for line in (tmp_path / "out" / "sago" / "history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [0, 2, 3]  # baseline, --sago_eval_steps 2, the final evaluation
     assert sorted(history[0]["sets"]) == sorted(bundled_sets())
-    assert all(h["sets"]["typo"]["confidence"]["n"] == 4 for h in history)  # sago_max_groups: 4
+    assert all(h["sets"]["typo"]["confidence_prob"]["n"] == 4 for h in history)  # sago_max_groups: 4
     state = json.loads((tmp_path / "out" / "checkpoint-3" / "trainer_state.json").read_text())
-    assert_sago_logged(state["log_history"], [0, 2, 3], list(bundled_sets()), ["activation", "confidence"], (2,))
-    assert sorted(history[0]["sets"]["typo"]) == ["activation", "confidence", "instability"]  # sago_axes (YAML)
+    assert_sago_logged(state["log_history"], [0, 2, 3], list(bundled_sets()), ["activation", "confidence_prob"], (2,))
+    assert sorted(history[0]["sets"]["typo"]) == ["activation", "confidence_prob", "instability"]  # sago_axes (YAML)
 
 
 def test_trl_command_and_yaml_parse(tmp_path, monkeypatch):
@@ -365,10 +365,10 @@ def test_trl_command_and_yaml_parse(tmp_path, monkeypatch):
         assert sago_args.sago_config().max_groups == 64
         assert list(sago_args.variant_sets()) == ["paraphrase", "typo"]
     # The command line watches stability and accuracy with one stopper (issue 33); the YAML one metric.
-    assert parsed[0][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/activation,sago/paraphrase/accuracy"
-    assert parsed[1][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/activation"
+    assert parsed[0][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/confidence,sago/paraphrase/accuracy"
+    assert parsed[1][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/confidence"
     assert parsed[0][3].sago_eval_steps == 100 and parsed[0][3].sago_config().axes == SAGOConfig().axes
-    assert parsed[1][3].sago_config().axes == ["activation", "confidence"]
+    assert parsed[1][3].sago_config().axes == ["confidence", "generation"]
 
 
 def test_yaml_blocks_are_run():

@@ -13,6 +13,8 @@ import torch
 
 ARCHS = ["llama", "gpt2", "qwen2", "mistral", "gpt_neox"]
 TOL = 1e-4
+#: The five axes computed by default before docs/validity.md narrowed the default to confidence and generation.
+FIVE_AXES = "activation,activation_rel,confidence,generation,mirroring"
 
 RECORDS = [
     {"id": "a", "variants": ["What is the capital of France?", "france capital is which", "Name the capital of France."],

@@ -22,7 +22,8 @@ def run_cli(args, capsys):
 
 def test_eval_writes_summary_and_group_records(tmp_path, capsys, saved_tiny_model, sample_set_file):
     code, out, err = run_cli(["eval", "--model", str(saved_tiny_model), "--set", f"s={sample_set_file}", *BASE,
-                              "--layers", "0,-1", "--out", str(tmp_path / "o")], capsys)
+                              "--layers", "0,-1", "--axes", "activation,confidence,generation,mirroring",
+                              "--out", str(tmp_path / "o")], capsys)
     assert code == 0, err
     assert "set 's'" in out and "activation" in out and "correctness" in out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
@@ -79,7 +80,7 @@ def test_bad_sets_one_line_exit_2(tmp_path, capsys, saved_tiny_model, content, e
         (["--axes", "activaton"], "Did you mean 'activation'"),
         (["--similarity", "token-f1"], "Did you mean 'token_f1'"),
         (["--pooling", "max"], "pooling"),
-        (["--layers", "0,99"], "out of range"),
+        (["--layers", "0,99", "--axes", "activation"], "out of range"),
         (["--layers", "a,b"], "comma-separated integers"),
         (["--batch-size", "0"], "positive integer"),
     ],

@@ -162,7 +162,8 @@ def check_run(out: Path, *, model_path: Path) -> list[dict]:
     assert history[-1]["step"] == 2
     for entry in history:
         for set_name in ("paraphrase", "format", "noise"):
-            assert entry["sets"][set_name]["activation"]["n"] == 3
+            axes = entry["sets"][set_name]
+            assert axes and all(a["n"] == 3 for a in axes.values()), axes
     resolved = yaml.safe_load((out / "recipe.yaml").read_text())
     assert resolved["training"]["max_steps"] == 2 and resolved["training"]["bf16"] is False
     assert resolved["model"]["path"] == str(model_path)

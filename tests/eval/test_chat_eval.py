@@ -19,7 +19,7 @@ from sago_train.eval.extraction import Extractor
 from sago_train.model.tokenize import encode_variant, resolve_chat_template
 from sago_train.threads import planned_threads
 
-from .._helpers.evaluator_ref import TOL, reference_group
+from .._helpers.evaluator_ref import FIVE_AXES, TOL, reference_group
 from .._helpers.tiny import make_byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,8 @@ def test_always_renders_each_string_as_one_user_message(tiny_llama):
                                        tokenize=True)["input_ids"]
 
     vs = VariantSet.from_records(RECS, name="t")
-    result = SAGOEvaluator(tiny_llama, tok, layers=[0, -1], max_new_tokens=5, batch_size=3).evaluate(vs)
+    result = SAGOEvaluator(tiny_llama, tok, layers=[0, -1], max_new_tokens=5, batch_size=3,
+                           axes=FIVE_AXES).evaluate(vs)
     assert result.config["chat_template"] == "auto"
     resolved = result.config["resolved"]
     assert {k: resolved[k] for k in ("chat_template", "correctness")} == {"chat_template": "always",

@@ -11,7 +11,7 @@ from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
 from sago_train.errors import SagoInputError
 
-from .._helpers.evaluator_ref import ARCHS, RECORDS, TOL, ref_generate, reference_group
+from .._helpers.evaluator_ref import ARCHS, FIVE_AXES, RECORDS, TOL, ref_generate, reference_group
 from .._helpers.tiny import make_byte_tokenizer, make_tiny_model
 
 
@@ -147,7 +147,7 @@ def test_chat_message_variants_use_chat_template(byte_tokenizer, tiny_llama):
     msgs = [[{"role": "user", "content": "What is the capital of France?"}],
             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "France capital?"}]]
     vs = VariantSet.from_records([{"id": "chat", "variants": msgs, "reference": " Paris"}], name="chat")
-    g = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs).sets["chat"].groups[0]
+    g = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4, axes=FIVE_AXES).evaluate(vs).sets["chat"].groups[0]
     rendered = byte_tokenizer.apply_chat_template(msgs[0], tokenize=False, add_generation_prompt=True)
     assert rendered.endswith("assistant:")
     ids = byte_tokenizer(rendered, add_special_tokens=False)["input_ids"]
@@ -166,7 +166,7 @@ def test_too_long_prompts_are_skipped_and_counted_or_strict(byte_tokenizer, tiny
     long = "x" * 300  # the tiny model's context is 256 tokens
     recs = RECORDS[:2] + [{"id": "long", "variants": [long, long + "y"]}]
     vs = VariantSet.from_records(recs, name="t")
-    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs)
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4, axes=FIVE_AXES).evaluate(vs)
     s = res.sets["t"]
     assert s.n_groups == 2 and sum(s.skipped.values()) == 1
     assert res.to_summary()["sets"]["t"]["skipped"] == {"prompt longer than the model's context": 1}
@@ -184,7 +184,7 @@ def test_max_groups_is_a_stable_seeded_subset(byte_tokenizer, tiny_llama):
 
 def test_correctness_and_kinds_in_summary(byte_tokenizer, tiny_llama):
     vs = VariantSet.from_records(RECORDS, name="t")
-    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4).evaluate(vs)
+    res = SAGOEvaluator(tiny_llama, byte_tokenizer, max_new_tokens=4, axes=FIVE_AXES).evaluate(vs)
     summary = res.to_summary()
     s = summary["sets"]["t"]
     assert s["n_groups"] == 4

@@ -111,11 +111,11 @@ def test_sets_as_name_equals_file_and_axes_comma_separated(tmp_path):
 def test_stability_and_early_stopping_from_the_same_args():
     args = parse(["--sago_sets", "tiny", "--sago_stability_act_weight", "1.0", "--sago_stability_mode", "anchor",
                   "--sago_stability_layers", "1", "2", "--sago_stability_warmup_steps", "10",
-                  "--sago_early_stopping_metric", "sago/typo/activation", "--sago_early_stopping_patience", "2",
+                  "--sago_early_stopping_metric", "sago/typo/confidence", "--sago_early_stopping_patience", "2",
                   "--sago_early_stopping_mode", "threshold", "--sago_early_stopping_min_delta", "0.01"])
     assert args.stability_config() == StabilityConfig(act_weight=1.0, mode="anchor", layers=[1, 2], warmup_steps=10)
     stop = SAGOEarlyStoppingCallback.from_args(args)
-    ref = SAGOEarlyStoppingCallback("sago/typo/activation", patience=2, mode="threshold", min_delta=0.01)
+    ref = SAGOEarlyStoppingCallback("sago/typo/confidence", patience=2, mode="threshold", min_delta=0.01)
     assert (stop.set_name, stop.axis, stop.patience, stop.alpha, stop.min_delta, stop.mode) == \
         (ref.set_name, ref.axis, ref.patience, ref.alpha, ref.min_delta, ref.mode)
 

@@ -381,7 +381,8 @@ def _planned(size: int, cap: int, stopper, max_steps: int = 10):
     from sago_train.data import VariantSet
 
     sago = SAGOCallback({"s": VariantSet.from_records(
-        [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(size)], "s")}, eval_steps=1, max_groups=cap)
+        [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(size)], "s")}, eval_steps=1, max_groups=cap,
+        axes="activation")
     sago.add_listener(stopper)
     sago._check_listeners(TrainingArguments(output_dir="/tmp/unused", report_to=[]), TrainerState(max_steps=max_steps))
     return stopper
@@ -419,7 +420,7 @@ def test_without_a_plan_the_levels_spend_alpha_over_any_number_of_looks(caplog):
     from sago_train.data import VariantSet
 
     sago = SAGOCallback({"s": VariantSet.from_records(
-        [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(8)], "s")}, max_groups=0)
+        [{"id": f"g{i}", "variants": [f"q {i}", f"Q {i}?"]} for i in range(8)], "s")}, max_groups=0, axes="activation")
     stop = SAGOEarlyStoppingCallback("sago/s/activation", patience=1)
     sago.add_listener(stop)
     with caplog.at_level("WARNING", logger="sago_train"):

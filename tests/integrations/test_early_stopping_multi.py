@@ -26,7 +26,7 @@ def _start_lines(caplog) -> list[str]:
 
 
 def test_one_line_at_train_start_says_metric_direction_reference_looks_and_level(caplog):
-    sago = SAGOCallback(variant_set(n=16), eval_steps=1)
+    sago = SAGOCallback(variant_set(n=16), eval_steps=1, axes="activation")
     stop = SAGOEarlyStoppingCallback("sago/num/activation", patience=2, alpha=0.05)
     sago.add_listener(stop)
     with caplog.at_level(logging.INFO, logger="sago_train"):
@@ -97,9 +97,8 @@ def test_the_state_of_every_metric_round_trips_as_transformers_restores_it():
 
 def test_the_manuals_recipe_needs_one_callback_in_a_trainer(tmp_path, caplog):
     """Stability and accuracy watched by one stopper: transformers never says "there is already one"."""
-    stop = SAGOEarlyStoppingCallback("sago/num/activation,sago/num/accuracy", patience=1)
-    sago = SAGOCallback(variant_set(n=16), eval_steps=2, generation_every=1, layers=[0], max_new_tokens=3,
-                        n_bootstrap=200)
+    stop = SAGOEarlyStoppingCallback("sago/num/confidence,sago/num/accuracy", patience=1)
+    sago = SAGOCallback(variant_set(n=16), eval_steps=2, generation_every=1, max_new_tokens=3, n_bootstrap=200)
     transformers.logging.enable_propagation()
     try:
         with caplog.at_level(logging.INFO):
@@ -109,10 +108,10 @@ def test_the_manuals_recipe_needs_one_callback_in_a_trainer(tmp_path, caplog):
         transformers.logging.disable_propagation()
     assert "already one" not in caplog.text
     lines = _start_lines(caplog)
-    assert [x.split(" (")[0] for x in lines] == ["sago early stopping: sago/num/activation",
+    assert [x.split(" (")[0] for x in lines] == ["sago early stopping: sago/num/confidence",
                                                  "sago early stopping: sago/num/accuracy"]
     assert all("alpha 0.025 its share of 2 metrics" in x for x in lines)
-    assert {d["metric"] for d in stop.decisions} == {"sago/num/activation", "sago/num/accuracy"}
+    assert {d["metric"] for d in stop.decisions} == {"sago/num/confidence", "sago/num/accuracy"}
     assert all(isinstance(d["p_value"], float) for d in stop.decisions)
 
 
@@ -125,9 +124,9 @@ def test_the_accuracy_metric_is_accepted_through_sago_flags():
     args = _parse(["--sago_sets", "tiny", "--sago_early_stopping_metric", "sago/paraphrase/accuracy"])
     assert SAGOEarlyStoppingCallback.from_args(args).metric == "sago/paraphrase/accuracy"
     both = _parse(["--sago_sets", "tiny", "--sago_early_stopping_metric",
-                   "sago/paraphrase/activation_rel,sago/paraphrase/accuracy", "--sago_early_stopping_alpha", "0.1"])
+                   "sago/paraphrase/confidence,sago/paraphrase/accuracy", "--sago_early_stopping_alpha", "0.1"])
     stop = SAGOEarlyStoppingCallback.from_args(both)
-    assert [(w.metric, w.alpha) for w in stop.watchers] == [("sago/paraphrase/activation_rel", 0.05),
+    assert [(w.metric, w.alpha) for w in stop.watchers] == [("sago/paraphrase/confidence", 0.05),
                                                             ("sago/paraphrase/accuracy", 0.05)]
     with pytest.raises(SagoInputError, match="--sago_early_stopping_metric"):
         _parse(["--sago_sets", "tiny", "--sago_early_stopping_metric", "sago/paraphrase/acuracy"])

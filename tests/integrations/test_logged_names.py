@@ -56,7 +56,8 @@ def _logged(tmp_path: Path, monkeypatch, log_level: str) -> tuple[dict[str, set[
     for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
                        "WANDB_PROJECT": "sago-names", "TENSORBOARD_LOGGING_DIR": str(tmp_path / "tb")}.items():
         monkeypatch.setenv(key, value)
-    cb = SAGOCallback(variant_set(), eval_steps=5, log_level=log_level, max_new_tokens=3, n_bootstrap=200)
+    cb = SAGOCallback(variant_set(), eval_steps=5, log_level=log_level, max_new_tokens=3, n_bootstrap=200,
+                      axes="activation,activation_rel,confidence,generation,mirroring")  # every name can appear
     trainer = make_trainer(tmp_path / "out", callbacks=[cb], max_steps=5, report_to=["wandb", "tensorboard"])
     trainer.train()
     run_dir = Path(wandb.run.dir).parent
