@@ -113,7 +113,7 @@ def fsdp_units(model: torch.nn.Module) -> dict[str, int]:
 
 
 def predicted(*, forwards: int, decode_forwards: int, generate_calls: int, batches: int, sets: int,
-              units: dict[str, int]) -> dict[str, tuple[int, int]]:
+              units: dict[str, int], passes: int = 2) -> dict[str, tuple[int, int]]:
     """The collectives of one evaluation on each rank, as ``(at least, at most)``, from its shape
     (docs/distributed.md, "The cost at scale"):
 
@@ -121,13 +121,14 @@ def predicted(*, forwards: int, decode_forwards: int, generate_calls: int, batch
     - bytes all-gathered (the gathered buffers; a rank receives ``(W-1)/W`` of them): likewise;
     - all-reduces: with ``synced_gpus`` one per decoding step and one more per ``generate`` call (has every rank
       finished?), one per batch (the ranks agree on a prefix pass and the continuation width), and per set one
-      for the number of batches of each extraction pass (2: the prompts, the continuations scored after
-      generation);
+      for the number of batches of each extraction pass (``passes``: the prompts, the continuations scored after
+      generation, and with ``confidence`` the reference after the model's lead-in; ``batches`` counts every
+      pass's batches);
     - object gathers: 3 per set (group records, skip counts, set-level statistics).
     """
     gathers = forwards * units["resharded"]
     gathered = forwards * units["resharded_bytes"]
-    reduces = decode_forwards + generate_calls + batches + 2 * sets
+    reduces = decode_forwards + generate_calls + batches + passes * sets
     return {"all_gather_single": (gathers, gathers + units["kept"]),
             "all_gather_bytes": (gathered, gathered + units["kept_bytes"]),
             "all_reduce": (reduces, reduces),
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         # Every bundled group has a reference: one batch of the prompt pass per generate call.
         row["predicted"] = predicted(forwards=row["forwards"], decode_forwards=row["decode_forwards"],
                                      generate_calls=row["generate_calls"], batches=row["generate_calls"],
-                                     sets=len(sets), units=units)
+                                     sets=len(sets), units=units, passes=3)  # the default axes score confidence
         rows.append({"groups": groups, **row})
     every = distributed.gather_objects([rows])
     if not distributed.is_main_process():

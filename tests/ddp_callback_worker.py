@@ -28,7 +28,8 @@ def main() -> None:
             return _real(self, *a, **k)
 
         setattr(MonitorState, name, spy)
-    cb = SAGOCallback(variant_set(n=7), eval_steps=2, max_new_tokens=3, n_bootstrap=200, batch_size=3)
+    cb = SAGOCallback(variant_set(n=7), eval_steps=2, max_new_tokens=3, n_bootstrap=200, batch_size=3,
+                      axes="activation,activation_rel,confidence,generation,mirroring")
     extra = {"ddp_backend": "gloo"} if int(os.environ.get("WORLD_SIZE", "1")) > 1 else {}
     tr = make_trainer(out, callbacks=[cb], max_steps=4, learning_rate=0.0, per_device_train_batch_size=4, **extra)
     tr.train()

@@ -79,7 +79,8 @@ def main() -> None:
 
             sio.os = _OS()
     stopper = SAGOEarlyStoppingCallback("sago/num/activation", patience=100, mode="threshold")
-    cb = SAGOCallback(variant_set(), eval_steps=2, max_new_tokens=3, n_bootstrap=200)
+    cb = SAGOCallback(variant_set(), eval_steps=2, max_new_tokens=3, n_bootstrap=200,
+                      axes="activation,activation_rel,confidence,generation,mirroring")
     tr = make_trainer(a.out, callbacks=[cb, stopper, *extra], max_steps=8, save_strategy="steps", save_steps=2)
 
     class Peek(TrainerCallback):

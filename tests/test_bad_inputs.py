@@ -338,16 +338,16 @@ def test_50mb_variant_is_skipped_and_counted_before_tokenizing(tmp_path: Path, c
     assert rc == 0 and "Traceback" not in err, err
     assert "set 'huge': 1 groups, 1 skipped" in out, out
 
-    from sago_train.eval import evaluator
+    from sago_train.model import tokenize
 
     tokenized: list[int] = []
-    real_encode = evaluator.encode_variant
+    real_encode = tokenize.encode_variant
 
     def counting_encode(variant: Any, tokenizer: Any, **kwargs: Any) -> list[int]:
         tokenized.append(len(variant))
         return real_encode(variant, tokenizer, **kwargs)
 
-    monkeypatch.setattr(evaluator, "encode_variant", counting_encode)
+    monkeypatch.setattr(tokenize, "encode_variant", counting_encode)  # what the evaluator's renderer calls
     ev = SAGOEvaluator.from_pretrained(tiny_model_path(), axes="activation", max_new_tokens=2)
     result = ev.evaluate({"huge": VariantSet.from_jsonl(path, name="huge")})
     assert result.sets["huge"].skipped == {SKIP_TOO_MANY_CHARS: 1}

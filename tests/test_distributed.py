@@ -20,7 +20,8 @@ def _run(cmd, **kw):
 
 def test_torchrun_two_processes_equal_single(tmp_path, saved_tiny_model, sample_set_file):
     args = ["eval", "--model", str(saved_tiny_model), "--set", f"sample={sample_set_file}", "--max-new-tokens", "4",
-            "--batch-size", "3", "--quiet", "--device", "cpu"]
+            "--batch-size", "3", "--quiet", "--device", "cpu", "--axes",
+            "activation,activation_rel,confidence,generation,mirroring,posix"]
     single = _run([sys.executable, "-m", "sago_train.cli.main", *args, "--out", str(tmp_path / "one")])
     assert single.returncode == 0, single.stderr
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

@@ -71,7 +71,8 @@ def test_persistent_oom_skips_the_evaluation_with_a_reason(tmp_path, monkeypatch
         return real(self, *a, **k)
 
     monkeypatch.setattr(extraction.Extractor, "run", score)
-    cb = SAGOCallback(variant_set(), eval_steps=2, batch_size=4, **FAST)
+    # activation alone: one extraction pass per evaluation (confidence adds the lead-in's scoring pass)
+    cb = SAGOCallback(variant_set(), eval_steps=2, batch_size=4, **{**FAST, "axes": "activation"})
     tr = make_trainer(tmp_path, callbacks=[cb], max_steps=4)
     tr.train()
     assert tr.state.global_step == 4

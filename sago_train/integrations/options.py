@@ -39,7 +39,8 @@ class MonitorOptions:
                                    "the first step, is a one-off set-up cost outside it (the cost line says what "
                                    "it took)."})
     generation_every: int = field(default=4, metadata={"help": "Compute the axes that need greedy generation "
-                                  "(generation, mirroring, accuracy; confidence on groups without a reference) only "
+                                  "(confidence, generation, mirroring, posix, accuracy; confidence_prob on groups without a "
+                                  "reference) only "
                                   "at every N-th evaluation; the others compute the rest, with the same values, at "
                                   "a fraction of the cost. The baseline and the final evaluation are always "
                                   "complete, and so are those at the Trainer's evaluation steps when "

@@ -278,6 +278,7 @@ class Schedule:
         self.clock: EvalClock | None = None
         self.costs = CostNotes()
         self.complete_for_trainer = False  # evaluations feeding the Trainer's best-model metric compute generation
+        self.all_complete = False  # no axis computable without generation: every evaluation is complete
 
     def start(self, args: Any, state: Any, sets: dict[str, VariantSet], config: SAGOConfig) -> None:
         """At train start: refuse a cadence that misses a Trainer evaluation when ``metric_for_best_model`` names
@@ -290,6 +291,14 @@ class Schedule:
             logger.info("sago: metric_for_best_model=%s needs generation: the SAGO evaluations at the Trainer's "
                         "evaluation steps compute every axis (generation_every=%d applies to the others)",
                         printable(args.metric_for_best_model), opts.generation_every)
+        axes = [get_axis(a) for a in config.axes]
+        self.all_complete = opts.generation_every > 1 and not any(
+            axes_computed(axes, list(vs.groups), generation=False) for vs in sets.values())
+        if self.all_complete and distributed.is_main_process():
+            logger.info("sago: every axis (%s) needs greedy generation, so every evaluation is complete and "
+                        "generation_every=%d has no effect; add an axis that needs none (e.g. axes=\"%s,activation_rel\") "
+                        "for cheaper evaluations between", ", ".join(config.axes), opts.generation_every,
+                        ",".join(config.axes))
         self.auto = opts.eval_steps is None and not trainer_evaluates(args)
         self.next_auto = None
         self.clock = EvalClock(time.perf_counter(), state.global_step)
@@ -318,7 +327,8 @@ class Schedule:
             steps.append(last)
         if opts.baseline and start == 0 and done == 0:
             steps.insert(0, 0)
-        if not complete_only or opts.generation_every == 1 or (self.complete_for_trainer and opts.eval_steps is None):
+        if not complete_only or opts.generation_every == 1 or self.all_complete or (
+                self.complete_for_trainer and opts.eval_steps is None):
             return steps
         every_gen = opts.generation_every
         return [s for i, s in enumerate(steps, start=done) if i == 0 or i % every_gen == 0 or s == last]
@@ -331,7 +341,8 @@ class Schedule:
         """Whether the next evaluation computes the generation-based axes: the baseline (the first evaluation),
         the final one, and every ``generation_every``-th counted from the first (``done`` evaluations so far:
         the count survives a resume, it is the number of evaluations in the history)."""
-        return complete or done == 0 or self.is_final(state, control) or done % self.options.generation_every == 0
+        return (complete or self.all_complete or done == 0 or self.is_final(state, control)
+                or done % self.options.generation_every == 0)
 
     def due(self, state: Any, done: int) -> bool:
         """Whether a periodic evaluation is due at this step end (``eval_steps``, or the automatic cadence)."""

@@ -28,6 +28,7 @@ def test_study_evaluates_every_model_then_compares_and_reports(tmp_path, capsys,
 
     argv = ["study", "--model", f"random={saved_tiny_model}", "--model", f"shipped={tiny_model_path()}",
             "--set", "tiny", "--max-groups", "6", "--max-new-tokens", "4", "--n-bootstrap", "200",
+            "--axes", "activation,activation_rel,confidence,generation,mirroring",
             "--out", str(tmp_path / "study")]
     assert main(argv) == 0
     out = capsys.readouterr().out

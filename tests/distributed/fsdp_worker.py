@@ -132,7 +132,7 @@ def run_callback(out: Path) -> dict[str, Any]:
     MonitorState.record, SAGOEvaluator._evaluate_groups, Extractor._generate = spy_record, spy_groups, spy_generate
     model, tok = load_tiny()
     cb = SAGOCallback(bundled_sets(), eval_steps=2, max_groups=5, layers=[1, 3], max_new_tokens=8, batch_size=4,
-                      n_bootstrap=200)
+                      n_bootstrap=200, axes="activation,activation_rel,confidence,generation,mirroring")
     trainer = Trainer(model=model, args=training_args(out, max_steps=2, learning_rate=0.0),
                       train_dataset=text_dataset(tok), processing_class=tok, callbacks=[cb])
     cb.attach(trainer)
@@ -169,7 +169,7 @@ def run_evaluator(out: Path) -> dict[str, Any]:
     # Every group has a reference: the prompt pass has one batch per generate call.
     cost["predicted"] = predicted(forwards=cost["forwards"], decode_forwards=cost["decode_forwards"],
                                   generate_calls=cost["generate_calls"], batches=cost["generate_calls"], sets=1,
-                                  units=fsdp_units(model))
+                                  units=fsdp_units(model), passes=3)  # confidence: the lead-in's pass too
     records = [{"id": g.id, "axes": g.axes, "outputs": g.outputs} for g in results[0].sets["uneven"].groups]
     return {"records": records, "cost": cost, "sharding": sharding(model)}
 

@@ -12,11 +12,12 @@ from transformers import TrainerCallback
 
 from sago_train import SAGOCallback, SAGOEarlyStoppingCallback
 
+from .._helpers.evaluator_ref import FIVE_AXES
 from .._helpers.lazy_sets import parsed_bytes, set_with_garbage_outside_the_subset
 from .._helpers.trainer import Drift, drifting_trainer, make_trainer, variant_set
 
 pytestmark = pytest.mark.slow
-FAST = dict(max_new_tokens=3, n_bootstrap=200)
+FAST = dict(max_new_tokens=3, n_bootstrap=200, axes=FIVE_AXES)  # the callback's mechanics on every axis
 
 
 class Recorder(TrainerCallback):
@@ -171,7 +172,7 @@ def test_follows_trainer_evaluation_and_best_model(tmp_path):
 
 def test_activation_rel_as_best_model_metric_and_early_stopping_target(tmp_path):
     stopper = SAGOEarlyStoppingCallback("sago/num/activation_rel", patience=5, mode="threshold")
-    cb = SAGOCallback(variant_set(), axes="activation,activation_rel", layers=[0, 1], **FAST)
+    cb = SAGOCallback(variant_set(), layers=[0, 1], **{**FAST, "axes": "activation,activation_rel"})
     tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=6, eval_dataset=True, eval_strategy="steps",
                       eval_steps=3, save_strategy="steps", save_steps=3, load_best_model_at_end=True,
                       metric_for_best_model="sago/num/activation_rel", greater_is_better=False)
@@ -412,7 +413,7 @@ class _Noise(TrainerCallback):
 
 
 def _noisy_trainer(tmp_path, stopper, sigma=3.0, steps=10):
-    cb = SAGOCallback(variant_set(n=16), eval_steps=1, axes="activation", layers=[0], **FAST)
+    cb = SAGOCallback(variant_set(n=16), eval_steps=1, layers=[0], **{**FAST, "axes": "activation"})
     tr = make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=steps, learning_rate=0.0)
     tr.add_callback(Drift(tr.model, 0.0))  # a constant shared direction: activation well inside (0, 1)
     tr.add_callback(_Noise(tr.model, sigma))

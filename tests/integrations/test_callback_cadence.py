@@ -19,7 +19,7 @@ from sago_train.eval.config import IN_TRAINING_MAX_GROUPS, SAGOConfig
 from .._helpers.trainer import make_trainer, variant_set
 
 pytestmark = pytest.mark.slow
-FAST = dict(max_new_tokens=3, n_bootstrap=200)
+FAST = dict(max_new_tokens=3, n_bootstrap=200, axes="activation,activation_rel,confidence,generation,mirroring")
 GEN_AXES = ("confidence", "generation", "mirroring")  # confidence scores the answer in the model's own form
 
 
@@ -103,12 +103,12 @@ def test_seeded_subset_same_at_every_step_and_across_resume(tmp_path):
     """80 groups, the default cap: the same 64 groups at every evaluation, before and after a resume."""
     vs = variant_set(n=80)
     out = tmp_path / "run"
-    cb = SAGOCallback(vs, eval_steps=3, axes="activation", **FAST)
+    cb = SAGOCallback(vs, eval_steps=3, **{**FAST, "axes": "activation"})
     make_trainer(out, callbacks=[cb], max_steps=6, save_strategy="steps", save_steps=3).train()
     ids = {step: _ids(out, step) for step in (0, 3, 6)}
     assert len(ids[0]) == 64 and ids[0] == ids[3] == ids[6]
     cb2 = SAGOCallback(VariantSet.from_records([json.loads(json.dumps(r)) for r in _records(vs)], name="num"),
-                       eval_steps=3, axes="activation", **FAST)
+                       eval_steps=3, **{**FAST, "axes": "activation"})
     make_trainer(out, callbacks=[cb2], max_steps=6, save_strategy="steps", save_steps=3).train(
         resume_from_checkpoint=str(out / "checkpoint-3"))
     assert _ids(out, 6) == ids[0]
@@ -121,7 +121,7 @@ def _records(vs):
 def test_generation_every_survives_resume(tmp_path):
     """The N-th-evaluation count is the history's length, so a resumed run skips generation at the same steps."""
     out = tmp_path / "run"
-    kw = dict(eval_steps=2, generation_every=2, axes="activation,generation", **FAST)
+    kw = dict(eval_steps=2, generation_every=2, **{**FAST, "axes": "activation,generation"})
     make_trainer(out, callbacks=[SAGOCallback(variant_set(), **kw)], max_steps=8, save_strategy="steps",
                  save_steps=2).train()
     before = [(h["step"], "skipped_axes" in h) for h in _history(out)]
@@ -133,11 +133,23 @@ def test_generation_every_survives_resume(tmp_path):
 
 def test_early_stopping_on_a_generation_axis_counts_complete_evaluations_only(tmp_path):
     stopper = SAGOEarlyStoppingCallback("sago/num/generation", patience=5)
-    cb = SAGOCallback(variant_set(), eval_steps=1, generation_every=3, axes="activation,generation", **FAST)
+    cb = SAGOCallback(variant_set(), eval_steps=1, generation_every=3, **{**FAST, "axes": "activation,generation"})
     make_trainer(tmp_path, callbacks=[cb, stopper], max_steps=7).train()
     complete = [h["step"] for h in _history(tmp_path) if "skipped_axes" not in h]
     assert complete == [0, 3, 6, 7]
     assert [d["step"] for d in stopper.decisions] == complete
+
+
+def test_with_only_generation_axes_every_evaluation_is_complete(tmp_path, caplog):
+    """The default axes (confidence, generation) both need greedy generation: an evaluation without it would
+    compute nothing, so every evaluation is complete and the log says generation_every has no effect."""
+    cb = SAGOCallback(variant_set(), eval_steps=2, generation_every=2, max_new_tokens=3, n_bootstrap=200)
+    with caplog.at_level("INFO", logger="sago_train"):
+        make_trainer(tmp_path, callbacks=[cb], max_steps=6).train()
+    history = _history(tmp_path)
+    assert [h["step"] for h in history] == [0, 2, 4, 6]
+    assert all("skipped_axes" not in h and {"confidence", "generation"} <= set(h["sets"]["num"]) for h in history)
+    assert "generation_every=2 has no effect" in caplog.text
 
 
 def test_wandb_and_tensorboard_get_absent_keys_for_skipped_axes(tmp_path, monkeypatch):

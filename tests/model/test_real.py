@@ -53,7 +53,8 @@ def test_batched_evaluation_matches_one_variant_at_a_time(real_smollm):
     model, tok = real_smollm
     layers = [0, 14, 28]  # the reference reads hidden_states, whose last entry is after the final norm
     vs = VariantSet.from_records(GROUPS, name="real")
-    ev = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=9)
+    axes = "activation,confidence,confidence_prob,generation,mirroring"
+    ev = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=9, axes=axes)
     result = ev.evaluate(vs)
     resolved = result.config["resolved"]
     assert (resolved["chat_template"], resolved["correctness"]) == ("always", {"real": "contains"})
@@ -62,11 +63,11 @@ def test_batched_evaluation_matches_one_variant_at_a_time(real_smollm):
         ref = reference_group(model, tok, rec, layers, 8, encode=lambda v: _template_ids(tok, v),
                               eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
         assert g.outputs == ref["_outputs"], rec["id"]
-        for axis in ("activation", "confidence", "generation", "mirroring"):
+        for axis in ("activation", "confidence", "confidence_prob", "generation", "mirroring"):
             want, got = ref[axis], g.axes[axis]
             assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, abs=TOL), (rec["id"], axis)
     # one group at a time through the evaluator gives the same numbers as the batch
-    single = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=1).evaluate(vs)
+    single = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=1, axes=axes).evaluate(vs)
     for a, b in zip(result.sets["real"].groups, single.sets["real"].groups):
         for axis, value in a.axes.items():
             assert b.axes[axis] == pytest.approx(value, abs=TOL)
@@ -105,7 +106,8 @@ def test_stability_sft_trainer_and_callback_on_the_real_model(real_smollm, tmp_p
             {"variants": ["What is the opposite of hot?", "Which word means the reverse of hot?"], "target": "cold"},
         ]
         monitor = VariantSet.from_records(GROUPS[:2], name="caps")
-        callback = SAGOCallback(monitor, eval_steps=2, max_new_tokens=4, layers=[0, -1], raise_on_error=True)
+        callback = SAGOCallback(monitor, eval_steps=2, max_new_tokens=4, layers=[0, -1], raise_on_error=True,
+                                axes="activation,confidence,generation")
         args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=2, logging_steps=1,
                          report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, learning_rate=1e-3)
         trainer = StabilitySFTTrainer(model=model, args=args, train_dataset=groups, processing_class=tok,

@@ -54,7 +54,7 @@ def batch(tok):
         ({"teacher_temperature": 0.0}, "teacher_temperature.*> 0"),
         ({"confidence_threshold": 1.0}, r"confidence_threshold.*\[0, 1\)"),
         ({"confidence_threshold": -0.1}, "confidence_threshold"),
-        ({"fresh_variants": -1}, "fresh_variants.*>= 0"),
+        ({"fresh_variants": -1}, "fresh_variants.*\\[0, 64\\]"),
         ({"fresh_variants": 2, "fresh_kinds": ["tpyo"]}, "Did you mean 'typo'"),
         ({"fresh_variants": 2, "fresh_kinds": ["option_shuffle"]}, "free-text prompt.*Usable: typo, casing, whitespace"),
         ({"fresh_variants": 2, "fresh_kinds": "typo"}, "fresh_kinds.*list"),
