@@ -105,10 +105,12 @@ def ref_posix(model, tok, prompts: list[list[int]], outs: list[str]) -> float:
 
 
 def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pooling: str = "last", *,
-                    encode=None, eos_id: int = 257, pad_id: int = 258) -> dict:
-    """One variant at a time; ``encode(variant) -> ids`` defaults to the tokenizer's plain encoding."""
+                    encode=None, eos_id: int = 257, pad_id: int = 258, span=None) -> dict:
+    """One variant at a time; ``encode(variant) -> ids`` defaults to the tokenizer's plain encoding; ``span(output)``
+    is the answer span the lead-in and posix read (default: the whole output)."""
     prompts = [encode(v) if encode else tok(v)["input_ids"] for v in rec["variants"]]
     outs = [ref_generate(model, tok, p, max_new, eos_id, pad_id) for p in prompts]
+    spans = [span(y) for y in outs] if span is not None else outs
     r = rec.get("reference") or outs[rec.get("canonical", 0)]
     r_ids = tok(r, add_special_tokens=False)["input_ids"]
     vecs, lps = [], []
@@ -133,14 +135,14 @@ def reference_group(model, tok, rec: dict, layers: list[int], max_new: int, pool
     if lps:
         ps = [math.exp(x) for x in lps]
         out["confidence_prob"] = sum(abs(ps[i] - ps[j]) for i, j in pairs) / len(pairs)
-        answer = ref_answer_logprobs(model, tok, prompts, outs, rec["reference"], rec.get("canonical", 0)) \
+        answer = ref_answer_logprobs(model, tok, prompts, spans, rec["reference"], rec.get("canonical", 0)) \
             if rec.get("reference") else None
         qs = [math.exp(x) for x in answer] if answer is not None else ps
         out["confidence"] = sum(1 - min(qs[i], qs[j]) / max(qs[i], qs[j]) for i, j in pairs) / len(pairs)
         out["_answer_lps"] = answer
     else:
         out["confidence"] = out["confidence_prob"] = math.nan
-    out["posix"] = ref_posix(model, tok, prompts, outs)
+    out["posix"] = ref_posix(model, tok, prompts, spans)
     out["generation"] = 1 - sum(ref_f1(outs[i], outs[j]) for i, j in pairs) / len(pairs)
     # mirroring
     pw = [set(ref_normalize(v).split()) for v in rec["variants"]]

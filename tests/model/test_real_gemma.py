@@ -80,12 +80,14 @@ def test_batched_evaluation_matches_one_variant_at_a_time(gemma):
     model, tok = gemma
     layers = [0, 8, 16]
     vs = VariantSet.from_records(GROUPS, name="g")
-    result = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=6).evaluate(vs)
+    result = SAGOEvaluator(model, tok, layers=layers, max_new_tokens=8, batch_size=6,
+                           axes="activation,confidence,confidence_prob,generation,posix").evaluate(vs)
     for rec, g in zip(GROUPS, result.sets["g"].groups):
         ref_rec = {**rec, "reference": rec["reference"] if isinstance(rec["reference"], str) else rec["reference"][0]}
-        ref = reference_group(model, tok, ref_rec, layers, 8, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+        ref = reference_group(model, tok, ref_rec, layers, 8, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                              span=_plain_span)
         assert g.outputs == ref["_outputs"], rec["id"]
-        for axis in ("activation", "confidence"):
+        for axis in ("activation", "confidence", "confidence_prob", "posix"):
             assert g.axes[axis] == pytest.approx(ref[axis], abs=TOL), (rec["id"], axis)
         spans = [_plain_span(y) for y in ref["_outputs"]]
         pairs = [(i, j) for i in range(len(spans)) for j in range(i + 1, len(spans))]
