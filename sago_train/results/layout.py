@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..io import safe_child, validate_set_name
@@ -121,28 +122,35 @@ def evaluation_files(directory: str | Path) -> list[Path]:
     return [summary, *(p for p in sorted(root.glob("*.jsonl")) if p.is_file() and not p.is_symlink())]
 
 
+def move_into_new_folder(paths: list[Path], folder_name: Callable[[int], Path], what: str) -> Path:
+    """Move ``paths`` into the first folder ``folder_name(0)``, ``folder_name(1)``, ... that does not exist yet.
+    The folder is made with ``mkdir``, which never gives a name twice, so no earlier copy is ever replaced."""
+    import os
+
+    from ..errors import SagoInputError
+
+    for n in range(10_000):
+        folder = folder_name(n)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        for path in paths:
+            os.rename(path, folder / path.name)
+        return folder
+    raise SagoInputError(f"cannot set {what} aside: 10,000 earlier copies are kept", hint="remove old ones")
+
+
 def set_aside_evaluation(directory: str | Path) -> tuple[Path, int] | None:
     """Move the evaluation in ``directory`` (:func:`evaluation_files`) into a new folder
     ``previous-<time>[.N]`` inside it, which stays an evaluation directory that ``compare`` and ``report`` read;
-    return it and how many files moved, or None when there was no evaluation. The folder is made with ``mkdir``,
-    which never gives a name twice, so no earlier copy is ever replaced."""
-    import os
+    return it and how many files moved, or None when there was no evaluation."""
     import time
 
     files = evaluation_files(directory)
     if not files:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    for n in range(10_000):
-        aside = Path(directory) / f"{PREVIOUS_PREFIX}{stamp}{'' if n == 0 else f'.{n}'}"
-        try:
-            aside.mkdir()
-        except FileExistsError:
-            continue
-        for path in files:
-            os.rename(path, aside / path.name)
-        return aside, len(files)
-    from ..errors import SagoInputError
-
-    raise SagoInputError(f"cannot set the evaluation in {directory} aside: 10,000 earlier ones are kept there",
-                         hint="remove old previous-* folders")
+    aside = move_into_new_folder(files, lambda n: Path(directory) / f"{PREVIOUS_PREFIX}{stamp}{'' if n == 0 else f'.{n}'}",
+                                 f"the evaluation in {directory}")
+    return aside, len(files)

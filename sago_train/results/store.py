@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from ..limits import MAX_REPEATED_WARNINGS
 from .evaluation import Evaluation, ordered_union
 from .group import GroupRecord
 from .layout import HISTORY as HISTORY_NAME
-from .layout import history_path, records_name, records_path, step_dir
+from .layout import history_path, move_into_new_folder, records_name, records_path, step_dir
 
 logger = logging.getLogger(__name__)
 
@@ -113,16 +112,8 @@ def set_aside_steps(sago_dir: str | Path, steps: list[int] | None, history_aside
     if not found:
         return None
     stem = "steps" + history_aside.name[len(HISTORY_NAME):]
-    for n in range(10_000):
-        folder = root / (stem if n == 0 else f"{stem[:-4]}.{n}.old")
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        for p in found:
-            os.rename(p, folder / p.name)
-        return folder
-    raise SagoInputError(f"cannot set the step folders of {root} aside: 10,000 copies exist", hint="remove old ones")
+    return move_into_new_folder(found, lambda n: root / (stem if n == 0 else f"{stem[:-4]}.{n}.old"),
+                                f"the step folders of {root}")
 
 
 @dataclass
