@@ -216,8 +216,9 @@ def _cell(entry: dict[str, Any] | None) -> str:
 
 def markdown(summary: dict[str, Any]) -> str:
     stats = summary["statistics"]
-    lines = [f"**{summary['model']}**: {', '.join(f'{r} {n}' for r, n in summary['runs_per_rotation'].items())} runs "
-             f"per rotation, checkpoints at steps {', '.join(map(str, summary['steps']))} (0: the untrained model).",
+    runs = ", ".join(f"{r} {n}" for r, n in summary["runs_per_rotation"].items())
+    lines = [f"**{summary['model']}**: runs per held-out kind: {runs}; checkpoints at steps "
+             f"{', '.join(map(str, summary['steps']))} (0: the untrained model); {summary['n_boot']} bootstrap resamples.",
              "", "| quantity (monitored sets) | across runs | beyond accuracy | within runs | within runs, beyond "
              "accuracy |", "|---|---:|---:|---:|---:|"]
     for q, entry in stats.items():
@@ -232,7 +233,7 @@ def plot(summaries: Sequence[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 3.9), squeeze=False)
     for ax, summary in zip(axes[0], summaries):
         stats = summary["statistics"]
         names = list(stats)
@@ -250,8 +251,9 @@ def plot(summaries: Sequence[dict[str, Any]], path: Path) -> None:
         ax.set_xlim(-1, 1)
         ax.set_title(f"{summary['model']}: predicting held-out-kind accuracy", fontsize=9)
         ax.set_xlabel("correlation (positive: more stable where generalization is better)", fontsize=8)
-    axes[0][0].legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -263,7 +265,7 @@ def run(model: str, out: Path, shards: int) -> int:
     d = DESIGN[model]
     return experiment_loss.main(["--model", model, "--seeds", d["seeds"], "--arms", d["arms"], "--draws",
                                  str(d["draws"]), "--eval-steps", str(d["eval_steps"]), "--axes", ",".join(AXES),
-                                 "--shards", str(shards), "--out", str(out), "--no-summary"])
+                                 "--shards", str(shards), "--out", str(out)])
 
 
 def write(records: Path, out: Path, model: str, n_boot: int = N_BOOT) -> dict[str, Any]:
@@ -276,18 +278,19 @@ def write(records: Path, out: Path, model: str, n_boot: int = N_BOOT) -> dict[st
         raise SystemExit(f"{records}: no records; run `make validity MODEL={model}` first")
     summary = summarize(rows, model, n_boot)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(to_jsonable(summary), indent=1) + "\n")
-    (out / "summary.md").write_text(markdown(summary))
+    (out / "validity.json").write_text(json.dumps(to_jsonable(summary), indent=1) + "\n")
+    (out / "validity.md").write_text(markdown(summary))
     return summary
 
 
-#: What the published records keep (the validity summary reads these; the run's own records keep the per-variant
-#: log-probabilities too).
-PUBLISHED = ("arm", "seed", "run", "rotation", "set", "step", "id", "kinds", "correct", "axes")
+#: What the published records keep (the validity summary and the loss experiment's read these; the run's own
+#: records keep the per-variant log-probabilities too).
+PUBLISHED = ("arm", "seed", "run", "rotation", "set", "step", "id", "kinds", "correct", "confidence", "axes")
 
 
 def publish(out: Path, dest: Path) -> None:
-    """The summary, the timings and the records' :data:`PUBLISHED` fields (gzipped; the same records give the same
+    """The validity summary, the loss experiment's summary of the same runs, the timings and the records'
+    :data:`PUBLISHED` fields (gzipped; the same records give the same
     bytes) under ``dest``."""
     import gzip
     import shutil
@@ -295,7 +298,7 @@ def publish(out: Path, dest: Path) -> None:
     from experiment_loss_summary import read_jsonl
 
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("summary.md", "summary.json", "timings.jsonl"):
+    for name in ("validity.md", "validity.json", "summary.md", "summary.json", "timings.jsonl"):
         if (out / name).exists():
             shutil.copyfile(out / name, dest / name)
     rows = [{k: r[k] for k in PUBLISHED} for r in read_jsonl(out / "records.jsonl")]

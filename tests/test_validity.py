@@ -147,3 +147,17 @@ def test_validity_runs_record_every_checkpoint_and_every_axis(tmp_path, monkeypa
     validity.publish(tmp_path, tmp_path / "published")
     again = validity.write(tmp_path / "published" / "records.jsonl", tmp_path / "published", "tiny", n_boot=20)
     assert json.dumps(again["statistics"], sort_keys=True) == json.dumps(result["statistics"], sort_keys=True)
+
+
+def test_the_committed_summary_is_computed_from_the_committed_records_and_quoted_in_the_docs():
+    root = Path(__file__).resolve().parents[1]
+    results = root / "benchmarks" / "results" / "validity"
+    doc = (root / "docs" / "validity.md").read_text()
+    for folder in sorted(p for p in results.iterdir() if (p / "records.jsonl.gz").exists()):
+        committed = json.loads((folder / "validity.json").read_text())
+        again = validity.summarize(loss_summary.read_jsonl(folder / "records.jsonl"), committed["model"], n_boot=0)
+        for q, entry in committed["statistics"].items():
+            for name, stat in entry.items():
+                assert again["statistics"][q][name]["estimate"] == pytest.approx(stat["estimate"], abs=1e-9), (q, name)
+        table = validity.markdown(committed)
+        assert table.split("\n", 2)[2] in doc, f"docs/validity.md does not quote {folder.name}'s table"
