@@ -12,11 +12,11 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback
 from sago_train.analysis.report import paired_against_first
-from sago_train.eval.degenerate import degenerate_sets
 from sago_train.functional import stats
 from sago_train.functional.axes import DEFAULT_AXES
-from sago_train.integrations.monitor import MonitorState
+from sago_train.results.degenerate import degenerate_sets
 from sago_train.results.evaluation import Evaluation
+from sago_train.results.monitor import MonitorState
 
 AXES = ("confidence", "generation", "mirroring", "activation")
 N = 12

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..functional.formatting import printable
+from ..formatting import printable
 
 logger = logging.getLogger("sago_train.eval.extraction")
 _warned: set[str] = set()

@@ -3,6 +3,7 @@ false-stop rate held at ``alpha`` (docs/early-stopping.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -13,15 +14,15 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError
-from ..eval.degenerate import degenerate_sets
+from ..formatting import printable
 from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
-from ..functional.formatting import printable
 from ..functional.sequential import look_level, unreachable_look
+from ..results.compare import Best, BestEntry, Change, is_untrained
+from ..results.degenerate import degenerate_sets
 from ..results.evaluation import Evaluation
 from .early_stopping_multi import MultiMetricMixin
 from .keys import check_target, parse_metric, parse_metric_or_none
-from .monitor import is_improvement, is_untrained
 from .options import EarlyStoppingOptions
 from .stopping_plan import group_means, span, split_metrics, start_line, threshold_look
 
@@ -57,7 +58,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     Example:
         >>> stopper = SAGOEarlyStoppingCallback("sago/paraphrase/activation", patience=2, alpha=0.05)
-        >>> stopper.set_name, stopper.axis
+        >>> stopper.set_name, stopper.quantity
         ('paraphrase', 'activation')
         >>> stopper.plan(64, steps=list(range(0, 1001, 100)))  # baseline + 10: looks at the 4th to the 10th
         >>> stopper.looks, round(stopper.level(1), 6)
@@ -82,7 +83,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     ) -> None:
         EarlyStoppingOptions(metric, patience, alpha, min_delta, mode, exclude_baseline, reference_step)  # validates
         self.metric = metric
-        self.set_name, self.axis = parse_metric(metric)
+        self.set_name, self.quantity = parse_metric(metric)
         self.patience = patience
         self.alpha = float(alpha)
         self.min_delta = float(min_delta)
@@ -96,12 +97,16 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self._warned: set[str] = set()
         self._started_over = False  # a new baseline (see start_over): the checkpoint's state is not restored
 
+    @property
+    def axis(self) -> str:
+        """The watched quantity (an axis, ``instability`` or ``accuracy``): the name before :attr:`quantity`."""
+        return self.quantity
+
     def _fresh_state(self) -> None:
-        """The state of a run that has seen no evaluation (JSON-serializable, saved with checkpoints)."""
-        self.best_step: int | None = None
-        self.best_mean: float | None = None
-        self.best_ids: list[str] = []
-        self.best_values: list[float] = []
+        """The state of a run that has seen no evaluation (JSON-serializable, saved with checkpoints; the best
+        so far is a :class:`~sago_train.results.compare.Best` of the watched quantity, saved as its
+        ``best_step``, ``best_mean``, ``best_ids`` and ``best_values``)."""
+        self.best = Best(untrained=not self.exclude_baseline)
         # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until confirmed.
         self.candidate: dict[str, Any] | None = None
         self.counter = 0  # threshold mode: worse evaluations in a row
@@ -114,6 +119,53 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
         self.baseline_ignores: bool | None = None  # whether the first evaluation's outputs ignored the question
+
+    # ------------------------------------------------------------------ the best so far, as checkpoints save it
+    def _best_entry(self) -> BestEntry | None:
+        return self.best.get(self.set_name, self.quantity)
+
+    def _set_best(self, **changes: Any) -> None:
+        entry = self._best_entry() or BestEntry(0, math.nan)
+        entry = dataclasses.replace(entry, **changes)
+        self.best.set(self.set_name, self.quantity, None if entry.step is None or entry.mean is None else entry)
+
+    @property
+    def best_step(self) -> int | None:
+        entry = self._best_entry()
+        return None if entry is None else entry.step
+
+    @best_step.setter
+    def best_step(self, value: int | None) -> None:
+        self._set_best(step=None if value is None else int(value))
+
+    @property
+    def best_mean(self) -> float | None:
+        entry = self._best_entry()
+        return None if entry is None else entry.mean
+
+    @best_mean.setter
+    def best_mean(self, value: float | None) -> None:
+        self._set_best(mean=None if value is None else float(value))
+
+    @property
+    def best_ids(self) -> list[str]:
+        entry = self._best_entry()
+        return [] if entry is None else list(entry.ids)
+
+    @best_ids.setter
+    def best_ids(self, value: Sequence[str]) -> None:
+        if self._best_entry() is not None:
+            self._set_best(ids=tuple(value))
+
+    @property
+    def best_values(self) -> list[float]:
+        entry = self._best_entry()
+        return [] if entry is None else list(entry.values)
+
+    @best_values.setter
+    def best_values(self, value: Sequence[float]) -> None:
+        if self._best_entry() is not None:
+            self._set_best(values=tuple(float(v) for v in value))
 
     def start_over(self) -> None:
         """Forget every evaluation seen, also the checkpoint's: a resumed run started a new baseline."""
@@ -222,7 +274,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         ``metric_for_best_model`` naming this metric (with or without the ``eval_`` prefix)."""
         name = getattr(args, "metric_for_best_model", None) or ""
         return bool(getattr(args, "load_best_model_at_end", False)) and parse_metric_or_none(name) == (
-            self.set_name, self.axis)
+            self.set_name, self.quantity)
 
     def _check_trainer_direction(self, args: TrainingArguments) -> None:
         """Following the Trainer's best needs the Trainer to rank this metric the same way. transformers defaults
@@ -231,12 +283,12 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         would silently disagree on every "best". Refuse before training instead."""
         if not self.follows_trainer(args):
             return
-        want = higher_is_better(self.axis)
+        want = higher_is_better(self.quantity)
         got = getattr(args, "greater_is_better", None)
         if got is not None and bool(got) != want:
             raise SagoInputError(
                 f"load_best_model_at_end with metric_for_best_model={args.metric_for_best_model!r} ranks it with "
-                f"greater_is_better={got}, but '{self.axis}' is {'higher' if want else 'lower'}-is-better: the "
+                f"greater_is_better={got}, but '{self.quantity}' is {'higher' if want else 'lower'}-is-better: the "
                 f"Trainer's best checkpoint would be the {'least' if not want else 'most'} stable one, and early "
                 f"stopping on {self.metric} could never agree with it",
                 key="greater_is_better", hint=f"pass greater_is_better={want} in the TrainingArguments")
@@ -246,8 +298,9 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         cand = self.candidate
         step = getattr(state, "best_global_step", None)
         if cand is not None and step is not None and int(cand["step"]) == int(step):
-            self.best_step, self.best_mean = int(cand["step"]), float(cand["mean"])
-            self.best_ids, self.best_values = list(cand["ids"]), [float(v) for v in cand["values"]]
+            self.best.set(self.set_name, self.quantity, BestEntry(int(cand["step"]), float(cand["mean"]), None,
+                                                                  tuple(cand["ids"]),
+                                                                  tuple(float(v) for v in cand["values"])))
             self.candidate = None
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
@@ -270,15 +323,17 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     # ------------------------------------------------------------------ one evaluation
     def on_sago_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                         result: Any, evaluation: Evaluation, **kwargs: Any) -> None:
-        """Called by :class:`SAGOCallback` after each evaluation. An evaluation without the watched quantity (one
-        without generation, see ``SAGOCallback(generation_every=...)``) does not count: no decision."""
+                         evaluation: Evaluation, **kwargs: Any) -> None:
+        """Called by :class:`SAGOCallback` after each evaluation (``kwargs``: its ``comparison`` and ``monitor``,
+        unused: the paired rule compares windows, not two evaluations). An evaluation without the watched
+        quantity (one without generation, see ``SAGOCallback(generation_every=...)``) does not count: no
+        decision."""
         watched = evaluation.sets.get(self.set_name)
-        if watched is not None and self.axis not in watched.quantities and watched.skipped_axes:
+        if watched is not None and self.quantity not in watched.quantities and watched.skipped_axes:
             return
-        check_target(self.set_name, self.axis, evaluation.sets, [] if watched is None else
-                     [*watched.quantities, *(["accuracy"] if watched.accuracy is not None else [])])
-        by_id = evaluation.group_values(self.set_name, self.axis) or {}
+        check_target(self.set_name, self.quantity, evaluation.sets, [] if watched is None else watched.axes,
+                     correctness=watched is not None and watched.accuracy is not None)
+        by_id = evaluation.group_values(self.set_name, self.quantity) or {}
         ids = list(by_id)
         current = np.array([by_id[i] for i in ids], float)
         mean = float(np.nanmean(current)) if np.isfinite(current).any() else math.nan
@@ -321,14 +376,12 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     def _track_best(self, step: int, ids: list[str], current: np.ndarray, mean: float, follow: bool) -> str | None:
         """Keep the best evaluation so far; returns the word for an improvement, else None."""
-        if not is_improvement(self.axis, mean, self.best_mean):
+        if not self.best.improves(self.set_name, self.quantity, step, mean):
             return None
-        snapshot = {"step": step, "mean": mean, "ids": list(ids), "values": [float(x) for x in current]}
         if follow:
-            self.candidate = snapshot
+            self.candidate = {"step": step, "mean": mean, "ids": list(ids), "values": [float(x) for x in current]}
             return "improved (the best once the Trainer checkpoints it)"
-        self.best_step, self.best_mean = step, mean
-        self.best_ids, self.best_values = snapshot["ids"], snapshot["values"]
+        self.best.offer(self.set_name, self.quantity, step, mean, ids=ids, values=current)
         return "best"
 
     def _paired_look(self, decision: dict[str, Any], step: int, values: dict[str, float]) -> bool:
@@ -356,12 +409,13 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
             return False
         ref, cur = group_means(self.reference), group_means(self.window)
         common = [g for g in cur if g in ref]
-        hib = higher_is_better(self.axis)
-        res = verdict_rule.worse_verdict([ref[g] for g in common], [cur[g] for g in common], higher_is_better=hib,
-                                  alpha=level, min_delta=self.min_delta)
-        sign = -1.0 if hib else 1.0
-        decision.update(stats.to_jsonable({"delta": sign * res.mean_diff, "p_value": res.p_worse,
-                                           "ci_low": res.ci_low, "ci_high": res.ci_high, "n": res.n}))
+        res = verdict_rule.worse_verdict([ref[g] for g in common], [cur[g] for g in common],
+                                         higher_is_better=higher_is_better(self.quantity), alpha=level,
+                                         min_delta=self.min_delta)
+        change = Change.of(res, self.quantity, self.set_name, self.reference[0]["step"])
+        # A decision's p_value is the look's p of "worse", its delta how much worse (> 0: worse, either direction).
+        decision.update(stats.to_jsonable({"delta": change.worse_by, "p_value": change.p_worse,
+                                           "ci_low": change.ci_low, "ci_high": change.ci_high, "n": change.n}))
         decision["verdict"] = "worse" if res.verdict == stats.WORSE else res.words()
         if res.verdict == stats.NOT_ENOUGH:
             self._warn_once("few", "sago early stopping: %s shares %s with the reference, so it can never be called "

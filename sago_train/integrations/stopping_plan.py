@@ -22,7 +22,7 @@ def split_metrics(metric: Any) -> list[str]:
 def start_line(stopper: Any, steps: Sequence[int] | None) -> str:
     """The one line early stopping logs at train start: the metric and its direction, the reference's steps,
     the planned looks and each look's level."""
-    better = "higher" if higher_is_better(stopper.axis) else "lower"
+    better = "higher" if higher_is_better(stopper.quantity) else "lower"
     head = f"sago early stopping: {stopper.metric} ({better} is better, {stopper.mode})"
     if stopper.mode != "paired":
         return (f"{head}: stops after {stopper.patience} evaluation(s) in a row worse than the best by more than "
@@ -68,7 +68,7 @@ def threshold_look(self: Any, decision: dict[str, Any], improved: str | None, me
     if self.best_mean is None:
         decision["verdict"] = "no best yet"
         return False
-    delta = (-1.0 if higher_is_better(self.axis) else 1.0) * (mean - self.best_mean)
+    delta = (-1.0 if higher_is_better(self.quantity) else 1.0) * (mean - self.best_mean)
     decision["delta"] = delta
     self.counter = self.counter + 1 if delta > self.min_delta else 0
     decision["verdict"] = f"worse ({self.counter}/{self.patience})" if self.counter else "not worse"

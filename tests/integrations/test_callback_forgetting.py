@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from sago_train import SAGOCallback, StabilityConfig, StabilityTrainer, bundled_sets, load_tiny_model
-from sago_train.functional.wording import CONSISTENTLY_WRONG
+from sago_train.results.wording import CONSISTENTLY_WRONG
 
 from .._helpers.results_dirs import run_cli
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .axes.registry import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
-from .stats import BETTER, DEGENERATE, NO_DIFFERENCE, NOT_ENOUGH, WORSE
+from ..functional.axes.registry import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
+from ..functional.stats import BETTER, DEGENERATE, NO_DIFFERENCE, NOT_ENOUGH, WORSE
 
 ACCURACY_QUANTITIES = frozenset({ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND})
 COLLAPSE = "lower, but so is the between-group dispersion: a collapse, not stability"
