@@ -3,7 +3,6 @@ false-stop rate held at ``alpha`` (docs/early-stopping.md)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -15,16 +14,16 @@ from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError
 from ..formatting import printable
-from ..functional import stats, verdict_rule
+from ..functional import verdict_rule
 from ..functional.axes.registry import higher_is_better
 from ..functional.sequential import look_level, unreachable_look
-from ..results.compare import Best, BestEntry, Change, is_untrained
+from ..results.compare import Best, BestEntry, is_untrained
 from ..results.degenerate import degenerate_sets
 from ..results.evaluation import Evaluation
 from .early_stopping_multi import MultiMetricMixin
 from .keys import check_target, parse_metric, parse_metric_or_none
 from .options import EarlyStoppingOptions
-from .stopping_plan import group_means, span, split_metrics, start_line, threshold_look
+from .stopping_plan import BestField, paired_look, split_metrics, start_line, threshold_look
 
 logger = logging.getLogger(__name__)
 
@@ -120,52 +119,11 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.decisions: list[dict[str, Any]] = []
         self.baseline_ignores: bool | None = None  # whether the first evaluation's outputs ignored the question
 
-    # ------------------------------------------------------------------ the best so far, as checkpoints save it
-    def _best_entry(self) -> BestEntry | None:
-        return self.best.get(self.set_name, self.quantity)
-
-    def _set_best(self, **changes: Any) -> None:
-        entry = self._best_entry() or BestEntry(0, math.nan)
-        entry = dataclasses.replace(entry, **changes)
-        self.best.set(self.set_name, self.quantity, None if entry.step is None or entry.mean is None else entry)
-
-    @property
-    def best_step(self) -> int | None:
-        entry = self._best_entry()
-        return None if entry is None else entry.step
-
-    @best_step.setter
-    def best_step(self, value: int | None) -> None:
-        self._set_best(step=None if value is None else int(value))
-
-    @property
-    def best_mean(self) -> float | None:
-        entry = self._best_entry()
-        return None if entry is None else entry.mean
-
-    @best_mean.setter
-    def best_mean(self, value: float | None) -> None:
-        self._set_best(mean=None if value is None else float(value))
-
-    @property
-    def best_ids(self) -> list[str]:
-        entry = self._best_entry()
-        return [] if entry is None else list(entry.ids)
-
-    @best_ids.setter
-    def best_ids(self, value: Sequence[str]) -> None:
-        if self._best_entry() is not None:
-            self._set_best(ids=tuple(value))
-
-    @property
-    def best_values(self) -> list[float]:
-        entry = self._best_entry()
-        return [] if entry is None else list(entry.values)
-
-    @best_values.setter
-    def best_values(self, value: Sequence[float]) -> None:
-        if self._best_entry() is not None:
-            self._set_best(values=tuple(float(v) for v in value))
+    # The best so far, as checkpoints save it (one Best entry, four attributes).
+    best_step = BestField()
+    best_mean = BestField()
+    best_ids = BestField()
+    best_values = BestField()
 
     def start_over(self) -> None:
         """Forget every evaluation seen, also the checkpoint's: a resumed run started a new baseline."""
@@ -385,52 +343,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         return "best"
 
     def _paired_look(self, decision: dict[str, Any], step: int, values: dict[str, float]) -> bool:
-        """Add the evaluation to the reference or the window; at a look, test the window against the reference."""
-        p = self.patience
-        if not self.counts(step):
-            decision["verdict"] = f"before the reference step ({self.reference_step})"
-            return False
-        entry = {"step": step, "values": values}
-        if len(self.reference) < p:
-            self.reference.append(entry)
-            decision["verdict"] = f"reference ({len(self.reference)}/{p})"
-            return False
-        self.window = [*self.window, entry][-p:]
-        if len(self.window) < p:
-            decision["verdict"] = f"window ({len(self.window)}/{p})"
-            return False
-        self.looks_done += 1
-        level = self.level(self.looks_done)
-        decision.update({"look": self.looks_done, "looks": self.looks, "level": level})
-        if level <= 0.0:
-            decision["verdict"] = "past the planned looks (cannot stop)"
-            self._warn_once("past plan", "sago early stopping: %s: evaluation at step %d is past the %d look(s) the "
-                            "run planned, which spent alpha: it cannot stop training", self.metric, step, self.looks)
-            return False
-        ref, cur = group_means(self.reference), group_means(self.window)
-        common = [g for g in cur if g in ref]
-        res = verdict_rule.worse_verdict([ref[g] for g in common], [cur[g] for g in common],
-                                         higher_is_better=higher_is_better(self.quantity), alpha=level,
-                                         min_delta=self.min_delta)
-        change = Change.of(res, self.quantity, self.set_name, self.reference[0]["step"])
-        # A decision's p_value is the look's p of "worse", its delta how much worse (> 0: worse, either direction).
-        decision.update(stats.to_jsonable({"delta": change.worse_by, "p_value": change.p_worse,
-                                           "ci_low": change.ci_low, "ci_high": change.ci_high, "n": change.n}))
-        decision["verdict"] = "worse" if res.verdict == stats.WORSE else res.words()
-        if res.verdict == stats.NOT_ENOUGH:
-            self._warn_once("few", "sago early stopping: %s shares %s with the reference, so it can never be called "
-                            "worse; evaluate more groups (max_groups)", self.metric, res.words())
-        if res.verdict != stats.WORSE:
-            return False
-        steps = [e["step"] for e in self.window], [e["step"] for e in self.reference]
-        self.reason = (
-            f"{self.metric}: the mean of the last {p} evaluation(s) (steps {span(steps[0])}) is worse than the "
-            f"reference, the first {p} (steps {span(steps[1])}), by {decision['delta']:.4g} over {res.n} groups: "
-            f"one-sided Wilcoxon p = {res.p_worse:.3g} below the look's level {level:.3g}, and the CI at that level "
-            f"clear of 0 (look "
-            f"{self.looks_done} of {self.looks or 'an unplanned number'}; run-level false-stop rate <= "
-            f"{self.alpha:g}; min_delta={self.min_delta:g})")
-        return True
+        return paired_look(self, decision, step, values)
 
     def _threshold_look(self, decision: dict[str, Any], improved: str | None, mean: float) -> bool:
         return threshold_look(self, decision, improved, mean)
