@@ -12,7 +12,6 @@ from ..errors import SagoInputError, did_you_mean, unknown_name_error
 from ..limits import MAX_FRESH_VARIANTS, MAX_TRAINING_STEPS
 from ..model.layers import check_layer_indices
 from .modes import (
-    MODES,
     MODES_REGISTRY,
     StabilityMode,
     _check_choice,
@@ -181,7 +180,7 @@ class StabilityConfig:
     def __post_init__(self) -> None:
         self.act_weight = _check_weight("act_weight", self.act_weight)
         self.conf_weight = _check_weight("conf_weight", self.conf_weight)
-        self.mode = _check_choice("mode", self.mode, MODES)
+        self.mode = _check_choice("mode", self.mode, tuple(MODES_REGISTRY))  # a registered mode, also a new one
         if self.pooling is not None:
             warnings.warn("StabilityConfig(pooling=...) is deprecated: use act_pooling (evaluation has its own "
                           "prompt_pooling)", DeprecationWarning, stacklevel=3)
