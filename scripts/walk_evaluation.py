@@ -3,12 +3,15 @@ stopping, trace the second evaluation from ``SAGOCallback._evaluate`` to its ret
 print the package modules it entered, the moves between folders and how many of them climb back up (from a
 lower layer to a higher one by ``RANK`` of ``tests/test_layering.py``).
 
-The walk is the innermost package frame at every call and return: a move is a change of folder between two
-successive places (a call down and its return both count), so ``moves = 2 x calls across folders`` for a
-walk that never calls upwards, and a climb is a step up the layers (a return, or a callback duck-typed
-upwards).
+Two walks. The *reader's walk* (the default) follows each call once, as a reader does who follows an
+evaluation call by call: the dynamic call tree with every caller -> callee function pair expanded the first
+time only (a loop's second group, a helper called again from the same place, adds nothing). The *raw walk*
+(``--raw``) is the innermost package frame at every call and return, loops included. In both, a move is a
+change of folder between two successive places (a call down and its return both count), so ``moves = 2 x
+calls across folders`` for a walk that never calls upwards, and a climb is a step up the layers (a return,
+or a callback duck-typed upwards); a module is *entered* each time the walk comes into it.
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 python scripts/walk_evaluation.py [--modules]
+    PYTHONPATH=. OMP_NUM_THREADS=1 python scripts/walk_evaluation.py [--modules] [--raw] [--run]
 """
 
 from __future__ import annotations
@@ -43,7 +46,43 @@ def folder_of(module: str) -> str:
     return module.split(".")[0]
 
 
-def trace_one(target: int = 2, *, run: bool = False) -> list[str]:
+class ReaderWalk:
+    """The reader's walk (see the module doc), fed by ``sys.setprofile`` events."""
+
+    def __init__(self) -> None:
+        self.walk: list[str] = []
+        self.stack: list[tuple[object, tuple | None, tuple | None, bool, bool]] = []
+        self.seen: set[tuple] = set()
+
+    def _place(self, module: str) -> None:
+        if not self.walk or self.walk[-1] != module:
+            self.walk.append(module)
+
+    def __call__(self, frame, event, arg):  # noqa: ANN001 - sys.setprofile's signature
+        if event == "call":
+            parent = self.stack[-1] if self.stack else (None, None, None, False, False)
+            module = module_of(frame.f_code.co_filename)
+            key = (module, frame.f_code.co_name, frame.f_code.co_firstlineno) if module else None
+            ctx, skipping, recorded = parent[2], parent[3], False
+            if key is not None and not skipping:
+                edge = (ctx, key)
+                if edge in self.seen:
+                    skipping = True
+                else:
+                    self.seen.add(edge)
+                    self._place(module)
+                    recorded = True
+            self.stack.append((frame, key, key or ctx, skipping, recorded))
+        elif event == "return":
+            while self.stack:
+                entry = self.stack.pop()
+                if entry[0] is frame:
+                    break
+            if entry[4] and self.stack and self.stack[-1][2] is not None:
+                self._place(self.stack[-1][2][0])
+
+
+def trace_one(target: int = 2, *, run: bool = False, raw: bool = False) -> list[str]:
     """The innermost package module after every call and return of evaluation number ``target``; without
     ``run``, what happens inside the evaluator's run (``SAGOCallback._run_evaluator``: the model's forwards and
     the axes) is left out, which leaves the comparing, recording, reporting and the listeners."""
@@ -62,6 +101,10 @@ def trace_one(target: int = 2, *, run: bool = False) -> list[str]:
                     walk.append(module)
                 return
             f = f.f_back
+
+    reader = ReaderWalk()
+    if not raw:
+        profile = reader  # noqa: F811 - the reader's walk replaces the raw one
 
     def traced(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
         calls["n"] += 1
@@ -96,19 +139,20 @@ def trace_one(target: int = 2, *, run: bool = False) -> list[str]:
             tr.train()
     finally:
         SAGOCallback._evaluate, SAGOCallback._run_evaluator = original, original_run
-    return walk
+    return walk if raw else reader.walk
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", action="store_true", help="also list the modules entered, with their counts")
     parser.add_argument("--run", action="store_true", help="trace the evaluator's run too (forwards, axes)")
+    parser.add_argument("--raw", action="store_true", help="the raw walk (every call and return, loops included)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
-    walk = trace_one(run=args.run)
+    walk = trace_one(run=args.run, raw=args.raw)
     moves = [(a, b) for a, b in zip(walk, walk[1:]) if folder_of(a) != folder_of(b)]
     climbs = [(a, b) for a, b in moves if RANK.get(folder_of(b), 99) > RANK.get(folder_of(a), 99)]
-    entered = Counter(walk)
+    entered = Counter(walk)  # each time the walk comes into a module (successive places are distinct)
     folders = sorted({folder_of(m) for m in entered}, key=lambda f: RANK.get(f, 99))
     print(f"modules entered: {len(entered)} in {len(folders)} folders ({', '.join(folders)})")
     print(f"moves between folders: {len(moves)}, climbs back up: {len(climbs)}")

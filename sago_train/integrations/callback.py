@@ -37,12 +37,13 @@ from ..results.compare import Comparison
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
 from ..results.monitor import MonitorState
+from ..results.wording import run_summary_lines
 from .early_stopping import check_target
 from .fingerprint import FINGERPRINT_KEY, changed_sets, set_fingerprints
 from .keys import fill_missing, trainer_key
 from .measure import check_can_evaluate, ensure_console, find_tokenizer, run_evaluator
 from .options import MonitorOptions, options_from_kwargs
-from .reporters import guard_reporters, report, run_summary_lines
+from .reporters import guard_reporters, report
 from .schedule import Schedule, needs_complete
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from ..formatting import printable
 from ..functional import verdict_rule
 from ..functional.axes.registry import higher_is_better
 from ..functional.sequential import look_level, unreachable_look
-from ..results.compare import Best, BestEntry, is_untrained
+from ..results.best import Best, BestEntry, is_untrained
 from ..results.degenerate import degenerate_sets
 from ..results.evaluation import Evaluation
 from .early_stopping_multi import MultiMetricMixin

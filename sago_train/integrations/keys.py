@@ -14,9 +14,8 @@ import math
 from collections.abc import Iterable
 
 from ..errors import SagoInputError, did_you_mean, short_repr
-from ..functional.axes.registry import display_order
-from ..results.compare import Comparison, set_quantities, watchable
-from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation
+from ..results.compare import Comparison, numbers, watchable
+from ..results.evaluation import ACCURACY, INSTABILITY, Evaluation
 
 PREFIX = "eval_sago"
 RUNTIME = f"{PREFIX}/runtime"
@@ -70,31 +69,14 @@ def trainer_key(metric: str | None) -> str | None:
 
 
 def evaluation_metrics(ev: Evaluation, changes: Comparison, seconds: float) -> dict[str, float]:
-    """Every finite number of one evaluation: per set the mean of each quantity it is compared on
-    (:func:`~sago_train.results.compare.set_quantities`) with the CI bounds of the axes and accuracy, the paired
-    changes against the baseline and the best so far with their p of "worse" (``changes``, from the monitor),
-    the overall instability and the runtime. An evaluation that left axes out has no ``instability`` (it is
-    absent, never a mean over fewer axes)."""
-    out: dict[str, float] = {}
-    for name, s in ev.sets.items():
-        for q in display_order(set_quantities(s)):
-            if q == BETWEEN:
-                out[key(name, q)] = s.between_dispersion
-                continue
-            sm = s.score(q)
-            if sm is None:
-                continue
-            out[key(name, q)] = sm.mean
-            if q in s.axes or q == ACCURACY:
-                out[key(name, q, "_ci_low")], out[key(name, q, "_ci_high")] = sm.ci_low, sm.ci_high
-    for label, change in changes:
-        out[key(change.set_name, change.quantity, f"_{label}")] = change.mean_diff
-        out[key(change.set_name, change.quantity, f"_{label}_p")] = change.p_worse
-    overall = ev.overall_instability()
-    if overall is not None:
-        out[OVERALL] = overall.mean
-    out[RUNTIME] = seconds
-    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
+    """Every finite number of one evaluation and its changes (:func:`~sago_train.results.compare.numbers`: per
+    set each quantity's mean with the CI bounds of the axes and accuracy, the paired changes against the
+    baseline and the best so far with their p of "worse", the overall instability) under its Trainer-log key,
+    and the runtime."""
+    out = {OVERALL if not name else key(name, q, suffix): v for (name, q, suffix), v in numbers(ev, changes).items()}
+    if math.isfinite(seconds):
+        out[RUNTIME] = float(seconds)
+    return out
 
 
 def headline(metrics: dict[str, float], ev: Evaluation) -> dict[str, float]:

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..functional import stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
-from ..results.compare import BestEntry, Change
+from ..results.best import BestEntry
+from ..results.compare import Change
 
 
 class BestField:

@@ -1,7 +1,7 @@
 """Comparing two evaluations of the same groups, owned here once: what a set is compared on
 (:func:`quantities`), what early stopping may watch (:func:`watchable`), one paired change (:class:`Change`),
 the changes of one evaluation against its references (:class:`Comparison`, the history line's ``compare``
-block) and the best evaluation so far (:class:`Best`). The monitor, the reporters, ``report``, ``compare``,
+block) and every number of both (:func:`numbers`); the best evaluation so far is :mod:`.best`'s. The monitor, the reporters, ``report``, ``compare``,
 ``ranking`` and early stopping read a :class:`Change`; none builds its own dict of one.
 
 Every change is judged by the one verdict rule (:mod:`sago_train.functional.verdict_rule`) in the axis
@@ -259,17 +259,18 @@ class Comparison:
 
 def compare(ev: Evaluation, references: Mapping[str, Any], *, degenerate: Iterable[str] = (),
             seed: int = 0) -> Comparison:
-    """The changes of ``ev`` against each reference (``{label: an Evaluation, or a Best}``, e.g. the baseline
-    and the best so far), per set and quantity; a reference at ``ev``'s own step, or without the set, is left
-    out. On a set in ``degenerate`` (its outputs no longer depend on the question), a "better" stability verdict
-    is ``degenerate outputs``."""
+    """The changes of ``ev`` against each reference (``{label: an Evaluation, or a function (set, quantity) ->
+    Evaluation or None}``, e.g. the baseline and :meth:`Best.evaluation <sago_train.results.best.Best.evaluation>`),
+    per set and quantity; a reference at ``ev``'s own step, or without the set, is left out. On a set in
+    ``degenerate`` (its outputs no longer depend on the question), a "better" stability verdict is
+    ``degenerate outputs``."""
     out = Comparison(step=ev.step)
     degenerate = set(degenerate)
     for name in ev.sets:
         for quantity in quantities(ev, name):
             for label, ref in references.items():
-                if isinstance(ref, Best):
-                    ref = ref.evaluation(name, quantity)
+                if callable(ref):
+                    ref = ref(name, quantity)
                 if ref is None or ref.step == ev.step or name not in ref.sets:
                     continue
                 change = paired_change(ref, ev, name, quantity, seed=seed)
@@ -281,109 +282,35 @@ def compare(ev: Evaluation, references: Mapping[str, Any], *, degenerate: Iterab
     return out
 
 
-# ---------------------------------------------------------------------------------------------- the best so far
-def is_improvement(quantity: str, mean: float, best_mean: float | None) -> bool:
-    """Whether ``mean`` beats ``best_mean`` on ``quantity`` (its direction from the axis registry).
+def numbers(ev: Evaluation, changes: Comparison) -> dict[tuple[str, str, str], float]:
+    """Every finite number of one evaluation and its changes, by ``(set, quantity, suffix)``: per set the mean
+    of each quantity it is compared on (:func:`set_quantities`, in display order) with the CI bounds (suffixes
+    ``_ci_low``, ``_ci_high``) of the axes and accuracy; each change's ``mean_diff`` (suffix ``_<label>``) and
+    p of "worse" (``_<label>_p``); the overall instability as ``("", "instability", "")``. An evaluation that
+    left axes out has no ``instability`` (absent, never a mean over fewer axes).
 
     Example:
-        >>> is_improvement("activation", 0.1, 0.2), is_improvement("accuracy", 0.1, 0.2)
-        (True, False)
+        >>> from sago_train.results.group import GroupRecord
+        >>> ev = Evaluation.from_records(0, {"s": [{"id": "g", "axes": {"activation": 0.5}}]})
+        >>> numbers(ev, Comparison())[("s", "activation", "")]
+        0.5
     """
-    if best_mean is None:
-        return True
-    return mean > best_mean if higher_is_better(quantity) else mean < best_mean
-
-
-def is_untrained(step: int | None) -> bool:
-    """An evaluation at step 0 measures the model before any training step (the callback's baseline, or the
-    Trainer's ``eval_on_start``): there is no checkpoint of it to go back to, so it is never the "best"."""
-    return step == 0
-
-
-@dataclass(frozen=True)
-class BestEntry:
-    """The best evaluation of one (set, quantity): its step and mean, the evaluation when kept (the monitor's,
-    to compare with), the per-group values when kept (early stopping's, saved in checkpoints)."""
-
-    step: int
-    mean: float
-    evaluation: Evaluation | None = field(default=None, compare=False, repr=False)
-    ids: tuple[str, ...] = ()
-    values: tuple[float, ...] = ()
-
-
-@dataclass
-class Best:
-    """The best evaluation so far per (set, quantity), by mean in the registry's direction (as the Trainer
-    picks its best checkpoint), never the untrained step 0 unless ``untrained``: the one tracker the monitor,
-    the end-of-run summary and early stopping read.
-
-    Example:
-        >>> best = Best()
-        >>> best.offer("s", "activation", 0, 0.1), best.offer("s", "activation", 10, 0.3)
-        (False, True)
-        >>> best.offer("s", "activation", 20, 0.2), best.step("s", "activation"), best.mean("s", "activation")
-        (True, 20, 0.2)
-    """
-
-    entries: dict[tuple[str, str], BestEntry] = field(default_factory=dict)
-    untrained: bool = False
-
-    def get(self, set_name: str, quantity: str) -> BestEntry | None:
-        return self.entries.get((set_name, quantity))
-
-    def __getitem__(self, key: tuple[str, str]) -> BestEntry:
-        return self.entries[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.entries
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def evaluation(self, set_name: str, quantity: str) -> Evaluation | None:
-        entry = self.get(set_name, quantity)
-        return None if entry is None else entry.evaluation
-
-    def step(self, set_name: str, quantity: str) -> int | None:
-        entry = self.get(set_name, quantity)
-        return None if entry is None else entry.step
-
-    def mean(self, set_name: str, quantity: str) -> float | None:
-        entry = self.get(set_name, quantity)
-        return None if entry is None else entry.mean
-
-    def improves(self, set_name: str, quantity: str, step: int | None, mean: float) -> bool:
-        """Whether an evaluation at ``step`` with ``mean`` would be the new best."""
-        if not math.isfinite(mean) or (is_untrained(step) and not self.untrained):
-            return False
-        return is_improvement(quantity, mean, self.mean(set_name, quantity))
-
-    def offer(self, set_name: str, quantity: str, step: int | None, mean: float, *,
-              evaluation: Evaluation | None = None, ids: Iterable[str] = (), values: Iterable[float] = ()) -> bool:
-        """Keep the evaluation when it :meth:`improves` on the best; returns whether it did."""
-        if not self.improves(set_name, quantity, step, mean):
-            return False
-        self.set(set_name, quantity, BestEntry(int(step or 0), float(mean), evaluation, tuple(ids),
-                                               tuple(float(v) for v in values)))
-        return True
-
-    def set(self, set_name: str, quantity: str, entry: BestEntry | None) -> None:
-        if entry is None:
-            self.entries.pop((set_name, quantity), None)
-        else:
-            self.entries[(set_name, quantity)] = entry
-
-    def observe(self, ev: Evaluation, *, skip: Iterable[str] = ()) -> None:
-        """Offer every (set, quantity) of ``ev`` but the sets in ``skip`` (``between_dispersion`` is compared,
-        never ranked)."""
-        skip = set(skip)
-        for name in ev.sets:
-            if name in skip:
+    out: dict[tuple[str, str, str], float] = {}
+    for name, s in ev.sets.items():
+        for q in display_order(set_quantities(s)):
+            if q == BETWEEN:
+                out[(name, q, "")] = s.between_dispersion
                 continue
-            for quantity in quantities(ev, name):
-                if quantity != BETWEEN:
-                    self.offer(name, quantity, ev.step, ev.mean(name, quantity), evaluation=ev)
-
-    def clear(self) -> None:
-        self.entries.clear()
+            sm = s.score(q)
+            if sm is None:
+                continue
+            out[(name, q, "")] = sm.mean
+            if q in s.axes or q == ACCURACY:
+                out[(name, q, "_ci_low")], out[(name, q, "_ci_high")] = sm.ci_low, sm.ci_high
+    for label, change in changes:
+        out[(change.set_name, change.quantity, f"_{label}")] = change.mean_diff
+        out[(change.set_name, change.quantity, f"_{label}_p")] = change.p_worse
+    overall = ev.overall_instability()
+    if overall is not None:
+        out[("", INSTABILITY, "")] = overall.mean
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}

@@ -18,7 +18,8 @@ from ..errors import SagoInputError
 from ..formatting import printable
 from ..io import acquire_run_lock, release_run_lock, set_aside
 from . import store
-from .compare import VS_BASELINE, VS_BEST, Best, Comparison, compare
+from .best import Best
+from .compare import VS_BASELINE, VS_BEST, Comparison, compare
 from .degenerate import degenerate_sets
 from .evaluation import Evaluation
 from .layout import history_path, records_name, step_dir
@@ -111,7 +112,7 @@ class MonitorState:
         """The paired changes of ``ev`` against the baseline and the best evaluation so far, per set and quantity
         (for an instability ``mean_diff > 0`` means *less* stable). On a set whose outputs no longer depend on the
         question (and did at the baseline), a "better" stability verdict is ``degenerate outputs``."""
-        return compare(ev, {VS_BASELINE: self.baseline, VS_BEST: self.best},
+        return compare(ev, {VS_BASELINE: self.baseline, VS_BEST: self.best.evaluation},
                        degenerate=degenerate_sets(ev, self.baseline_degenerate), seed=seed)
 
     def observe(self, ev: Evaluation) -> None:

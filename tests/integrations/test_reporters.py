@@ -12,16 +12,9 @@ import numpy as np
 import pytest
 
 from sago_train.functional import stats
-from sago_train.integrations.reporters import (
-    DETAIL_COLUMNS,
-    accuracy_warnings,
-    change_lines,
-    detail_rows,
-    log_wandb_extras,
-    run_summary_lines,
-)
+from sago_train.integrations.reporters import DETAIL_COLUMNS, detail_rows, log_wandb_extras
 from sago_train.results.monitor import MonitorState
-from sago_train.results.wording import CONSISTENTLY_WRONG
+from sago_train.results.wording import CONSISTENTLY_WRONG, accuracy_warnings, change_lines, run_summary_lines
 
 from .._helpers.forgetting import SET, evaluation, forgetting_pair
 

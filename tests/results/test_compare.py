@@ -13,10 +13,10 @@ import pytest
 
 from sago_train.analysis.report import _since_baseline
 from sago_train.functional import stats
+from sago_train.results.best import Best
 from sago_train.results.compare import (
     VS_BASELINE,
     VS_BEST,
-    Best,
     Change,
     Comparison,
     watchable,

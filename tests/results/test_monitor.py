@@ -9,7 +9,8 @@ from scipy import stats as sps
 
 from sago_train.functional import stats
 from sago_train.functional.axes.registry import AXES, Axis, higher_is_better
-from sago_train.results.compare import axis_verdict, is_improvement
+from sago_train.results.best import is_improvement
+from sago_train.results.compare import axis_verdict
 from sago_train.results.evaluation import Evaluation
 from sago_train.results.monitor import MonitorState
 
