@@ -250,11 +250,19 @@ class Comparison:
             raise SagoInputError(f"expected an object of set -> quantity -> change, got {short_repr(block)}",
                                  key="compare")
         for s, per_q in block.items():
-            for q, entry in (per_q or {}).items():
-                for label, change in (entry or {}).items():
+            for q, entry in _mapping(per_q, f"compare.{s}").items():
+                for label, change in _mapping(entry, f"compare.{s}.{q}").items():
                     if change:
                         out.add(Change.from_dict(change, q, s), label)
         return out
+
+
+def _mapping(value: Any, key: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SagoInputError(f"expected an object, got {type_name(value)}", key=key)
+    return value
 
 
 def compare(ev: Evaluation, references: Mapping[str, Any], *, degenerate: Iterable[str] = (),

@@ -1,6 +1,6 @@
 """What survives between evaluations during training: the run's SAGO history on disk (this run's alone: a lock
 and no other run's history replaced), the baseline, the best evaluation so far per (set, quantity)
-(:class:`~sago_train.results.compare.Best`), and the paired changes of each evaluation against both
+(:class:`~sago_train.results.best.Best`), and the paired changes of each evaluation against both
 (:func:`sago_train.results.compare.compare`), which the callback records and reports and early stopping reads.
 Free of the Trainer, so that resume logic (what is on disk, what to drop, what to reload) is plain code that is
 tested without one.
@@ -37,7 +37,6 @@ class MonitorState:
     best: Best = field(default_factory=Best)
     last: Evaluation | None = None
     skipped_lines: int = 0  # corrupt history lines skipped at the last load
-    baseline_degenerate: set[str] = field(default_factory=set)  # the baseline's sets whose outputs ignored the question
     _lock: Path | None = None
 
     @property
@@ -79,7 +78,6 @@ class MonitorState:
         duplicated). A corrupt history line is logged (file and line) and skipped, and counted in
         ``skipped_lines``; the rewritten history drops it (see :mod:`~sago_train.results.store`)."""
         self.history, self.baseline, self.best, self.last, self.skipped_lines = [], None, Best(), None, 0
-        self.baseline_degenerate = set()
         if resume_step is None or not self.history_path.exists():
             return
         run = store.Run.read(self.root.parent, self.root, self.root.name, allow_empty=True)
@@ -111,20 +109,22 @@ class MonitorState:
     def compare(self, ev: Evaluation, seed: int = 0) -> Comparison:
         """The paired changes of ``ev`` against the baseline and the best evaluation so far, per set and quantity
         (for an instability ``mean_diff > 0`` means *less* stable). On a set whose outputs no longer depend on the
-        question (and did at the baseline), a "better" stability verdict is ``degenerate outputs``."""
-        return compare(ev, {VS_BASELINE: self.baseline, VS_BEST: self.best.evaluation},
-                       degenerate=degenerate_sets(ev, self.baseline_degenerate), seed=seed)
+        question, a "better" stability verdict is ``degenerate outputs`` (also on a set whose outputs ignored it at
+        the baseline already: see :meth:`observe`)."""
+        references = {VS_BASELINE: self.baseline, VS_BEST: self.best.evaluation}
+        return compare(ev, references, degenerate=degenerate_sets(ev), seed=seed)
 
     def observe(self, ev: Evaluation) -> None:
         """Update the baseline (the first evaluation), the last one and the per-(set, quantity) best (never the
         untrained step 0, nor a set whose outputs no longer depend on the question). Group records are kept
         without their variants and outputs."""
-        degenerate = degenerate_sets(ev, self.baseline_degenerate)
+        # Every degenerate set counts, also one whose outputs ignored the question at the baseline already (early
+        # stopping and report leave those out): up to a37d3cf the baseline's degenerate sets were kept and emptied
+        # in the same statement (an aliased ``-=``), and a recomputed history stays as it was written
+        # (tests/results/test_compare.py).
+        degenerate = degenerate_sets(ev)
         ev = ev.slim()
         if self.baseline is None:
-            # Up to a37d3cf the baseline's degenerate sets were kept here and emptied in the same statement (an
-            # aliased ``-=``), so every degenerate set counts, also one degenerate since the baseline: kept so
-            # (a recomputed history is unchanged, tests/results/test_compare.py); baseline_degenerate stays {}.
             self.baseline = ev
         self.last = ev
         self.best.observe(ev, skip=degenerate)

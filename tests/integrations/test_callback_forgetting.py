@@ -45,14 +45,14 @@ def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog, ca
     before, after = lines[0]["correctness"][SET]["accuracy"], final["correctness"][SET]["accuracy"]
     assert after < before - 0.2, (before, after)  # it forgot
     acc = final["compare"][SET]["accuracy"]["vs_baseline"]
-    assert acc["verdict"] == "worse" and acc["p_value"] < 0.05  # the accuracy verdict, in the history
+    assert acc["verdict"] == "worse" and acc["p_worse"] < 0.05  # the accuracy verdict, in the history
     # ...while generation agrees more: but this model also collapsed (one answer to most questions), so that is
     # "degenerate outputs", never "better" (docs/validity.md)
     assert final["compare"][SET]["generation"]["vs_baseline"]["verdict"] == "degenerate outputs"
     # In the Trainer log: the accuracy change beside the axes' (every number reaches the Trainer's metrics).
     metrics = cb.last_metrics
     assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline"] == pytest.approx(acc["mean_diff"])
-    assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline_p"] == pytest.approx(acc["p_value"])
+    assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline_p"] == pytest.approx(acc["p_worse"])
     messages = [r.getMessage() for r in caplog.records]
     warning = [m for m in messages if f"accuracy on set '{SET}' fell significantly since the baseline" in m]
     assert len(warning) == 1 and "forgetting" in warning[0]
@@ -74,7 +74,7 @@ def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog, ca
     assert scores[untrained]["accuracy"]["mean"] == pytest.approx(before)
     check = next(c for c in result["accuracy"]["checks"] if c["axis"] == "generation")
     assert (check["first"], check["other"], check["words"]) == (first, untrained, CONSISTENTLY_WRONG)
-    assert check["accuracy"]["p_worse"] == pytest.approx(acc["p_value"])  # the history's test, same numbers
+    assert check["accuracy"]["p_worse"] == pytest.approx(acc["p_worse"])  # the history's test, same numbers
     code, out, err = run_cli(["compare", f"{tmp_path}@0", f"{tmp_path}@40"], capsys)
     assert code == 0, err
     assert f"generation: {first} ranks first but is less accurate than {untrained}" in " ".join(out.split())
