@@ -1,6 +1,6 @@
 """The one room for comparison (issue #31): a typed Change and Comparison that read a history written before
 they existed (``tests/fixtures/history_a37d3cf``, written by commit a37d3cf with
-``tests/fixtures/make_history_a37d3cf.py``) unchanged, the one list of what may be watched, the one Best."""
+``tests/fixtures/make_history_a37d3cf.py``) unchanged, and the one list of what may be watched."""
 
 from __future__ import annotations
 
@@ -13,10 +13,7 @@ import pytest
 
 from sago_train.analysis.report import _since_baseline
 from sago_train.functional import stats
-from sago_train.results.best import Best
 from sago_train.results.compare import (
-    VS_BASELINE,
-    VS_BEST,
     Change,
     Comparison,
     watchable,
@@ -98,12 +95,3 @@ def test_one_answer_to_what_early_stopping_may_watch(run):
     assert watchable(["confidence"], correctness=False) == ["confidence", "instability"]
     s = run.evaluation(6).sets["num"]
     assert watchable_in(s) == [*s.axes, "instability", "accuracy"]
-
-
-def test_one_best_for_the_monitor_and_the_stopper():
-    best = Best()
-    assert not best.offer("s", "accuracy", 0, 0.9)  # the untrained step 0 is never the best
-    assert best.offer("s", "accuracy", 5, 0.5) and not best.offer("s", "accuracy", 6, 0.4)
-    assert best.step("s", "accuracy") == 5 and ("s", "accuracy") in best and best.get("s", "x") is None
-    assert Best(untrained=True).offer("s", "accuracy", 0, 0.9)
-    assert Comparison().get("s", "accuracy", VS_BEST) is None and not Comparison() and VS_BASELINE == "vs_baseline"
