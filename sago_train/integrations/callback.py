@@ -239,8 +239,8 @@ class SAGOCallback(TrainerCallback):
             set_name = getattr(listener, "set_name", None)
             vs = self.sets.get(set_name) if set_name is not None else None
             correctness = vs is not None and has_correctness(vs.groups)
-            check_target(set_name, getattr(listener, "quantity", None), self.sets, self.config.axes,
-                         correctness=correctness)
+            watched = getattr(listener, "quantity", getattr(listener, "axis", None))  # a listener of before #31: .axis
+            check_target(set_name, watched, self.sets, self.config.axes, correctness=correctness)
             if hasattr(listener, "plan") and vs is not None:
                 cap = self.config.max_groups
                 key = trainer_key(getattr(listener, "metric", None))
