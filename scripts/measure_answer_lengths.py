@@ -19,8 +19,8 @@ import numpy as np
 
 from sago_train import SAGOEvaluator
 from sago_train.data.sources import bundled_sets
-from sago_train.eval.degenerate import hit_token_limit
 from sago_train.functional.answer import answer_end
+from sago_train.results.degenerate import hit_token_limit
 
 CANDIDATES = (16, 24, 32, 48, 64, 96)
 

@@ -11,7 +11,7 @@ import os
 import sys
 
 from sago_train import SAGOCallback
-from sago_train.integrations.monitor import MonitorState
+from sago_train.results.monitor import MonitorState
 
 from ._helpers.trainer import make_trainer, variant_set
 

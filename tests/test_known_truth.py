@@ -12,11 +12,11 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from sago_train import SAGOEarlyStoppingCallback
 from sago_train.analysis.report import paired_against_first
-from sago_train.eval.degenerate import degenerate_sets
 from sago_train.functional import stats
 from sago_train.functional.axes import DEFAULT_AXES
-from sago_train.integrations.monitor import MonitorState
+from sago_train.results.degenerate import degenerate_sets
 from sago_train.results.evaluation import Evaluation
+from sago_train.results.monitor import MonitorState
 
 AXES = ("confidence", "generation", "mirroring", "activation")
 N = 12
@@ -63,8 +63,8 @@ def test_a_collapsed_step_is_never_the_monitors_best_nor_better_than_the_baselin
     monitor.observe(collapsed(10, 0.3))
     for axis in AXES:
         assert monitor.best[("s", axis)].step == 5, axis
-        assert changes["s"][axis]["vs_baseline"]["verdict"] == stats.DEGENERATE
-    assert monitor.compare(healthy(15, 0.3))["s"]["generation"]["vs_baseline"]["verdict"] == stats.BETTER
+        assert changes.get("s", axis).verdict == stats.DEGENERATE
+    assert monitor.compare(healthy(15, 0.3)).get("s", "generation").verdict == stats.BETTER
 
 
 @pytest.mark.parametrize("axis", AXES)
@@ -104,9 +104,9 @@ def test_no_default_axis_reads_the_successful_finetune_as_less_stable(base_and_f
     monitor = MonitorState(tmp_path)  # the training log and the history
     monitor.observe(base)
     changes = monitor.compare(finetune)
-    for name, per_q in changes.items():
+    for name in changes.changes:
         for axis in DEFAULT_AXES:
-            assert per_q[axis]["vs_baseline"]["verdict"] == stats.BETTER, (name, axis)
+            assert changes.get(name, axis).verdict == stats.BETTER, (name, axis)
 
 
 @pytest.mark.parametrize("metric", ["sago/paraphrase/confidence", "sago/typo/confidence",

@@ -9,7 +9,7 @@ import sago_train
 
 ROOT = Path(sago_train.__file__).resolve().parent
 # Lower number = lower layer. errors, limits and version are the base every layer may use.
-RANK = {"errors": -1, "limits": -1, "version": -1, "functional": 0, "runlock": 1, "io": 1, "distributed": 1, "threads": 1, "fields": 1,
+RANK = {"errors": -1, "limits": -1, "version": -1, "functional": 0, "formatting": 1, "runlock": 1, "io": 1, "distributed": 1, "threads": 1, "fields": 1,
         "data": 2, "model": 3, "results": 4, "eval": 5, "training": 6, "integrations": 7, "analysis": 8, "cli": 9}
 IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import", re.M)
 

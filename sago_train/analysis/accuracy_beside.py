@@ -8,7 +8,7 @@ rule (``compare``'s paired test, :func:`~sago_train.analysis.ranking.paired_flip
 paired by id). Where the first
 one is significantly less accurate than another entry, that is said on its line, with the stability verdict of
 the same pair ("more stable but less accurate: consistently wrong?" when the first is also significantly more
-stable, see :mod:`sago_train.functional.wording`).
+stable, see :mod:`sago_train.results.wording`).
 
 ``accuracy_worst_kind`` is left out here: each entry's worst kind may differ, so it pairs no quantity across
 entries (the training log and ``report``'s change since the baseline compare it within one run).
@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..formatting import fmt_num, fmt_p
 from ..functional import stats
 from ..functional.axes import ACCURACY, ACCURACY_ALL
-from ..functional.formatting import fmt_num, fmt_p
-from ..functional.wording import ACCURACY_QUANTITIES, change_words
 from ..results.evaluation import BETWEEN, Evaluation
+from ..results.wording import ACCURACY_QUANTITIES, change_words
 from .common_groups import SetScope, scores
 
 __all__ = ["BESIDE", "accuracy_beside", "beside_markdown", "cell_text"]

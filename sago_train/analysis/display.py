@@ -1,5 +1,5 @@
 """Readable console tables for SAGO results (rich). User text (set names, kinds, the model, notes made from ids
-and kinds) goes through :func:`~sago_train.functional.formatting.user_text`: never read as markup, control
+and kinds) goes through :func:`~sago_train.formatting.user_text`: never read as markup, control
 characters shown as escapes."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text, user_text
+from ..functional.axes.registry import display_order
 from ..functional.findings import NOT_ENOUGH_TO_TEST, Reliability
-from ..functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text, user_text
 from ..functional.relations import KindEffect
-from ..integrations.keys import display_order
 from ..results.evaluation import Evaluation, SetEvaluation
 
 ALPHA = 0.05

@@ -18,6 +18,7 @@ from ..errors import SagoInputError, unknown_name_error
 from ..functional import findings, relations, stats, verdict_rule
 from ..functional.axes.registry import higher_is_better
 from ..functional.multiplicity import NOT_ENOUGH_TO_TEST, holm, holm_reachable
+from ..results.compare import Change
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 from .accuracy_beside import accuracy_beside
 from .common_groups import SetScope, scores, set_scope
@@ -41,10 +42,10 @@ def available_axes(evals: Sequence[Evaluation]) -> list[str]:
 
 def paired_flip_test(a: Evaluation, b: Evaluation, set_name: str, axis: str, *, alpha: float = ALPHA,
                      seed: int = 0, ids: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``b`` against ``a`` on one set by the one verdict rule (groups paired by id; only ``ids`` when given):
-    ``{"verdict" ("better": b is better), "mean_diff" (b - a), "ci_low", "ci_high", "p_worse", "p_better",
-    "p_value" (the smaller one-sided p, the direction the differences lean), "n", "significant"}``, or None
-    without per-group records of both."""
+    """``b`` against ``a`` on one set by the one verdict rule (groups paired by id; only ``ids`` when given): the
+    :meth:`~sago_train.results.compare.Change.to_dict` of the change (``"verdict"`` "better": b is better,
+    ``"mean_diff"`` b - a, ``"p_worse"``, ``"p_better"``, ...) with ``"significant"``, or None without per-group
+    records of both."""
     va, vb = a.group_values(set_name, axis), b.group_values(set_name, axis)
     if va is None or vb is None:
         return None
@@ -54,9 +55,8 @@ def paired_flip_test(a: Evaluation, b: Evaluation, set_name: str, axis: str, *, 
                                    n_resamples=n_resamples, seed=seed)
     if v is None or v.n == 0:
         return None
-    return {"verdict": v.verdict, "mean_diff": v.mean_diff, "ci_low": v.ci_low, "ci_high": v.ci_high,
-            "p_worse": v.p_worse, "p_better": v.p_better, "p_value": min(v.p_worse, v.p_better), "n": v.n,
-            "significant": v.significant}
+    change = Change.of(v, axis, set_name, a.step)
+    return {**change.to_dict(), "significant": change.significant}
 
 
 def _competition_ranks(means: dict[str, float], higher_is_better: bool) -> dict[str, int]:

@@ -24,24 +24,23 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import SagoInputError
-from ..eval.degenerate import degenerate_sets
+from ..formatting import constant_line, fmt_num, fmt_p, p_text
 from ..functional import stats, verdict_rule
 from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
-from ..functional.axes.registry import higher_is_better
-from ..functional.formatting import constant_line, fmt_num, fmt_p, p_text
-from ..functional.wording import READ_BESIDE, change_words, comparison_sentence, set_context
 from ..io import atomic_write_text, check_output_path
+from ..results.compare import ACCURACIES, VS_BASELINE, Change, Comparison, paired_change
+from ..results.degenerate import degenerate_sets
 from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation, ordered_union
 from ..results.layout import HISTORY, REPORT_MD, report_files, report_plot
-from ..results.sets import paired_group_values
 from ..results.store import Run
+from ..results.wording import READ_BESIDE, change_words, comparison_sentence, set_context
 from ..version import __version__
 from .accuracy_beside import beside_markdown
 from .ranking import compare_evaluations
@@ -123,17 +122,26 @@ def is_baseline(ev: Evaluation) -> bool:
     return ev.step == 0
 
 
+def _words(change: Change, alpha: float) -> str:
+    """A row's verdict before the set's context words it (a significant one is reworded by
+    :func:`~sago_train.results.wording.comparison_sentence`)."""
+    if change.verdict == stats.NOT_ENOUGH:
+        return (f"{stats.NOT_ENOUGH} ({change.n}; a paired test at alpha {alpha:g} needs >= "
+                f"{verdict_rule.min_groups(alpha)})")
+    return change_words(change.quantity, change.verdict)
+
+
 def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, seed: int = 0) -> list[dict[str, Any]]:
     """Each evaluation after the first against the first, per shared set and axis, paired by group id.
 
-    Row: ``{"run", "reference", "set", "axis", "n", "mean_diff", "ci_low", "ci_high", "p_less_stable",
-    "p_more_stable", "outcome", "verdict"}`` with ``mean_diff = run - reference`` (> 0: ``run`` is less stable;
+    Row: ``{"run", "reference", "set", "axis", "n", "mean_diff", "ci_low", "ci_high", "p_worse",
+    "p_better", "outcome", "verdict"}`` (the fields of a :class:`~sago_train.results.compare.Change`) with ``mean_diff = run - reference`` (> 0: ``run`` is less stable;
     for the accuracy quantities ``accuracy``, ``accuracy_all`` and ``accuracy_worst_kind``, compared beside the
     axes, higher is better and the p-values read "less/more accurate"),
     its ``1 - alpha`` paired-bootstrap CI and the one-sided Wilcoxon p-values of each direction. ``outcome`` is the
     one verdict rule's (:func:`sago_train.functional.verdict_rule.paired_verdict`: ``better``, ``worse``, ``no significant
     difference`` or ``not enough groups``), ``verdict`` the same in words. With ``activation_rel`` recorded, a
-    ``between_dispersion`` row compares each group's distance to the other groups ("p_less_stable" = p of
+    ``between_dispersion`` row compares each group's distance to the other groups ("p_worse" = p of
     "higher"): "less dispersed" flags a fine-tune that pulled unrelated prompts together (a collapse).
     """
     if len(evals) < 2:
@@ -154,28 +162,18 @@ def paired_against_first(evals: Sequence[Evaluation], *, alpha: float = ALPHA, s
                 axes.append(BETWEEN)
             first = len(rows)
             for axis in axes:
-                values = paired_group_values(ref.sets[s], ev.sets[s], axis)
                 row: dict[str, Any] = {"run": ev.label, "reference": ref.label, "set": s, "axis": axis}
-                if values is None:
-                    rows.append({**row, "n": 0, "verdict": "no per-group records"})
+                change = paired_change(ref, ev, s, axis, alpha=alpha, seed=seed)
+                if change is None or change.n == 0:
+                    no_records = ref.sets[s].groups is None or ev.sets[s].groups is None
+                    rows.append({**row, "n": 0, "verdict": "no per-group records" if no_records else
+                                 "no common groups" if change is None else "no common groups with values"})
                     continue
-                before_by_id, after_by_id = values
-                # between_dispersion is judged in its raw direction (higher = "worse" side = more dispersed).
-                v = verdict_rule.paired_verdict_by_id(before_by_id, after_by_id, alpha=alpha, seed=seed,
-                                               higher_is_better=axis != BETWEEN and higher_is_better(axis))
-                if v is None:
-                    rows.append({**row, "n": 0, "verdict": "no common groups"})
-                    continue
-                if v.n == 0:
-                    rows.append({**row, "n": 0, "verdict": "no common groups with values"})
-                    continue
-                outcome = v.verdict
-                if s in degenerate and outcome == stats.BETTER and axis not in (ACCURACY, ACCURACY_ALL,
-                                                                                 ACCURACY_WORST_KIND):
-                    outcome = stats.DEGENERATE  # agreement of outputs that ignore the question: never "more stable"
-                rows.append({**row, "n": v.n, "mean_diff": v.mean_diff, "ci_low": v.ci_low, "ci_high": v.ci_high,
-                             "p_less_stable": v.p_worse, "p_more_stable": v.p_better, "outcome": outcome,
-                             "verdict": v.words() if outcome == v.verdict else change_words(axis, outcome)})
+                if s in degenerate and change.verdict == stats.BETTER and axis not in ACCURACIES:
+                    change = replace(change, verdict=stats.DEGENERATE)  # outputs that ignore the question agree
+                rows.append({**row, "n": change.n, "mean_diff": change.mean_diff, "ci_low": change.ci_low,
+                             "ci_high": change.ci_high, "p_worse": change.p_worse, "p_better": change.p_better,
+                             "outcome": change.verdict, "verdict": _words(change, alpha)})
             # The words of a set's verdicts read its accuracy and between-group dispersion verdicts.
             # "A collapse" only against a baseline (the model before training), never against another trained one.
             context = set_context({r["axis"]: r.get("outcome", "") for r in rows[first:]},
@@ -206,27 +204,16 @@ def _since_baseline(run: Run) -> tuple[list[list[Any]], list[str]]:
     warning per set whose accuracy fell significantly."""
     last = run.history[-1]
     rows, warnings = [], []
-    for s, per_axis in (last.get("compare") or {}).items():
-        outcomes: dict[str, str] = {}
-        for axis, entry in (per_axis or {}).items():
-            res = (entry or {}).get("vs_baseline")
-            if res:
-                # The one rule on the recorded numbers (a line written before it carries no p_better: never
-                # "more").
-                outcomes[axis] = verdict_rule.decide(_num(res.get("mean_diff")), _num(res.get("ci_low")),
-                                              _num(res.get("ci_high")), _num(res.get("p_value")),
-                                              _num(res.get("p_better")), int(_num(res.get("n")) if res.get("n") else 0),
-                                              higher_is_better=higher_is_better(axis))
-        context = set_context(outcomes)
-        for axis, outcome in outcomes.items():
-            res = per_axis[axis]["vs_baseline"]
-            rows.append([run.label, s, axis, f"{res.get('step')} -> {last['step']}", res.get("n"),
-                         fmt_num(res.get("mean_diff")), f"[{fmt_num(res.get('ci_low'))}, {fmt_num(res.get('ci_high'))}]",
-                         fmt_p(res.get("p_value")), change_words(axis, outcome, **context)])
-            if axis == ACCURACY and outcome == stats.WORSE:
-                warnings.append(_fell(run.label, s, f"since the baseline (steps {res.get('step')} -> {last['step']})",
-                                      res.get("mean_diff"), res.get("ci_low"), res.get("ci_high"),
-                                      res.get("p_value"), res.get("n")))
+    comparison = Comparison.from_dict(last.get("compare"), last["step"])
+    for s in comparison.changes:
+        context = set_context(comparison.verdicts(s))
+        for axis, c in ((q, e[VS_BASELINE]) for q, e in comparison.of_set(s).items() if VS_BASELINE in e):
+            rows.append([run.label, s, axis, f"{c.reference_step} -> {last['step']}", c.n, fmt_num(c.mean_diff),
+                         f"[{fmt_num(c.ci_low)}, {fmt_num(c.ci_high)}]", fmt_p(c.p_worse),
+                         change_words(axis, c.verdict, **context)])
+            if axis == ACCURACY and c.verdict == stats.WORSE:
+                warnings.append(_fell(run.label, s, f"since the baseline (steps {c.reference_step} -> {last['step']})",
+                                      c.mean_diff, c.ci_low, c.ci_high, c.p_worse, c.n))
     return rows, warnings
 
 
@@ -375,8 +362,8 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
                 table_rows.append([r["run"], r["set"], r["axis"], 0, "-", "-", "-", "-", r["verdict"]])
                 continue
             table_rows.append([r["run"], r["set"], r["axis"], r["n"], fmt_num(r["mean_diff"]),
-                               f"[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_less_stable"]),
-                               fmt_p(r["p_more_stable"]), r["verdict"]])
+                               f"[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_worse"]),
+                               fmt_p(r["p_better"]), r["verdict"]])
         md += _table(["run", "set", "axis", "n", "difference", "95% CI", "p (less stable)", "p (more stable)",
                       "verdict"], table_rows, left=3)
         md.append("")
@@ -386,7 +373,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             md.append("Significant differences:")
             md += [f"- set `{r['set']}`, {r['axis']}: {r['verdict']} "
                    f"(difference {fmt_num(r['mean_diff'])} [{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}], "
-                   f"{p_text(r['p_less_stable'] if r['outcome'] == stats.WORSE else r['p_more_stable'])})"
+                   f"{p_text(r['p_worse'] if r['outcome'] == stats.WORSE else r['p_better'])})"
                    for r in significant]
         else:
             where = "where it could be tested" if untested else "on any set or axis"
@@ -395,7 +382,7 @@ def write_report(sources: Sequence[Run | Evaluation], out_dir: str | os.PathLike
             md.append(f"Not tested (too few paired groups or no records): {', '.join(untested)}.")
         md.append("")
         fell = [_fell(r["run"], r["set"], f"against `{ref}`", r["mean_diff"], r["ci_low"], r["ci_high"],
-                      r["p_less_stable"], r["n"]) for r in rows if r["axis"] == ACCURACY and r.get("outcome") == stats.WORSE]
+                      r["p_worse"], r["n"]) for r in rows if r["axis"] == ACCURACY and r.get("outcome") == stats.WORSE]
         result.warnings += fell
         md += _warning_lines(fell)
         md += _beside(last)

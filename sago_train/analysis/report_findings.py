@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import SagoInputError
+from ..formatting import fmt_num, fmt_p
 from ..functional import findings
-from ..functional.formatting import fmt_num, fmt_p
 from ..results.evaluation import INSTABILITY, Evaluation, ordered_union
 from .ranking import compare_evaluations, reversal_headline
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import SagoInputError
+from ..formatting import constant_value, fmt_num, p_text
 from ..functional import relations
-from ..functional.formatting import constant_value, fmt_num, p_text
 from ..io import atomic_write_bytes
 from ..results.evaluation import ACCURACY, INSTABILITY, Evaluation, ordered_union
 from ..results.store import Run

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..analysis.ranking import reversal_headline
 from ..errors import SagoInputError
-from ..functional.formatting import fmt_num
+from ..formatting import fmt_num
 from ..functional.multiplicity import NOT_ENOUGH_TO_TEST
 from ..io import atomic_write_json, check_output_path
 
@@ -53,7 +53,7 @@ def print_comparison(result: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     from ..analysis.accuracy_beside import cell_text
-    from ..functional.wording import ACCURACY, ACCURACY_QUANTITIES
+    from ..results.wording import ACCURACY, ACCURACY_QUANTITIES
     from .console import user_text as esc
 
     for line in result.get("scope", []):
@@ -137,7 +137,7 @@ def print_paired(rows: list[dict[str, Any]], console: Any) -> None:
     groups paired by id, by the verdict rule of report and the training log."""
     from rich.table import Table
 
-    from ..functional.formatting import fmt_p
+    from ..formatting import fmt_p
     from .console import user_text as esc
 
     if not rows:
@@ -153,7 +153,7 @@ def print_paired(rows: list[dict[str, Any]], console: Any) -> None:
         worse = r.get("outcome") == "worse"
         t.add_row(esc(r["set"]), esc(r["axis"]), str(r["n"]),
                   f"{fmt_num(r['mean_diff'])} \\[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]",
-                  fmt_p(r["p_less_stable"] if worse else r["p_more_stable"]), esc(r["verdict"]))
+                  fmt_p(r["p_worse"] if worse else r["p_better"]), esc(r["verdict"]))
     console.print(t)
 
 

@@ -5,7 +5,7 @@ terminal would show it with an unlimited width and ``grep`` finds a sentence on 
 Every command prints user text (ids, kinds, paths, model names, outputs, notes made from them) through
 :func:`user_text`, never straight into a markup string: ``[/bold]`` in a kind would fail the print after the
 whole evaluation, and an ESC sequence in an id would act on the terminal. Its owner is
-:mod:`sago_train.functional.formatting` (the console tables of :mod:`sago_train.analysis.display` use it too,
+:mod:`sago_train.formatting` (the console tables of :mod:`sago_train.analysis.display` use it too,
 and a layer cannot import from the CLI); it is re-exported here for the commands."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..functional.formatting import printable, user_text
+from ..formatting import printable, user_text
 
 __all__ = ["UNWRAPPED_WIDTH", "make_console", "printable", "user_text"]
 

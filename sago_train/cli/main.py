@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import SagoInputError
-from ..functional.formatting import printable
+from ..formatting import printable
 from ..version import __version__
 from . import compare_cmd, eval_cmd, report_cmd, run_cmd, study_cmd, variants_cmd
 

@@ -307,8 +307,7 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         stopper = SAGOEarlyStoppingCallback(**dataclasses.asdict(early))
         try:
             for w in getattr(stopper, "watchers", None) or [stopper]:  # several metrics: each one checked
-                check_target(w.set_name, w.axis, monitor.sets,
-                             [*monitor_config.axes, "instability", "accuracy"], not_in="in monitor.sets")
+                check_target(w.set_name, w.quantity, monitor.sets, monitor_config.axes, not_in="in monitor.sets")
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, key="early_stopping.metric",
                                  line=getattr(data.get("early_stopping"), "lines", {}).get("metric")) from None

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise SagoInputError("--out DIR is required when reporting on several directories")
     from ..analysis.compare import load_sources, parse_spec
     from ..analysis.report import is_significant, write_report
-    from ..functional.formatting import fmt_num
+    from ..formatting import fmt_num
     from ..functional.stats import NOT_ENOUGH
     from ..results.layout import result_files
     from .console import make_console

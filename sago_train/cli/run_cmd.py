@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..errors import SagoInputError
-from ..functional.formatting import printable
+from ..formatting import printable
 from ..io import acquire_run_lock, check_output_path, release_run_lock
 from ..results.layout import RESOLVED_RECIPE, SAGO_DIR, history_path
 from ..results.store import check_run_dir, claim_history

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
-from ..functional.formatting import printable
+from ..formatting import printable
 from ..io import (
     acquire_run_lock,
     atomic_write_json,
@@ -160,7 +160,7 @@ def _study(args: argparse.Namespace, config: SAGOConfig, models: list[tuple[str,
     from ..analysis.report import write_report
     from ..analysis.report_findings import findings_markdown
     from ..eval.evaluator import SAGOEvaluator
-    from ..functional.formatting import fmt_num
+    from ..formatting import fmt_num
     from ..integrations.fingerprint import FINGERPRINT_KEY, set_fingerprints
     from .compare_cmd import print_comparison
     from .console import user_text

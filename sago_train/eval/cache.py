@@ -9,12 +9,13 @@ cache, a window a call would overflow) is served by separate generation and scor
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..functional.formatting import printable
+from ..formatting import printable
 
 logger = logging.getLogger("sago_train.eval.extraction")
 _warned: set[str] = set()
@@ -98,3 +99,23 @@ def warn_fallback(model: nn.Module, reason: str) -> None:
         _warned.add(name)
         logger.warning("sago_train: %s: prompts are computed twice (separate generation and scoring passes): %s",
                        name, printable(reason))
+
+
+def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common token prefix, leaving every sequence at least one token of its own (the
+    last prompt token must run in the batched forward, where the hooks and the logits read it).
+
+    Example:
+        >>> shared_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
+        2
+        >>> shared_prefix_length([[1, 2], [1, 2]])
+        1
+    """
+    if not seqs:
+        return 0
+    limit = min(len(s) for s in seqs) - 1
+    first = seqs[0]
+    n = 0
+    while n < limit and all(s[n] == first[n] for s in seqs):
+        n += 1
+    return max(n, 0)

@@ -19,18 +19,18 @@ from ..functional.answer import answer_span, answer_stops
 from ..functional.axes import Axis, GroupInputs, add_partials, get_axis, variant_correct
 from ..functional.axes.correctness import resolve_match_mode
 from ..functional.findings import split_halves
-from ..functional.similarity import get_similarity
 from ..limits import MAX_VARIANT_CHARS, MAX_VARIANT_TOKENS
 from ..model.layers import num_decoder_layers, resolve_layers
 from ..model.loading import load_model_and_tokenizer
+from ..model.similarity import get_similarity
 from ..model.tokenize import PromptRenderer, context_length, encode_continuation
+from ..results.degenerate import cut_at_limit, degenerate_warnings
 from ..results.evaluation import Evaluation
 from ..results.group import GroupRecord, mean_instability
 from ..results.sets import SetEvaluation
 from ..threads import configure_torch_threads
 from .axis_values import axis_values
 from .config import SAGOConfig
-from .degenerate import cut_at_limit, degenerate_warnings
 from .extraction import Extractor
 from .plan import axes_computed, encode_within, needs_generation, select_groups, variant_text
 from .responses import answer_parts, check_posix_groups, response_tokens, score_answers, score_responses

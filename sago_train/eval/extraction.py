@@ -21,10 +21,8 @@ separate passes :meth:`Extractor.generate` and :meth:`Extractor.score` serve ins
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +32,7 @@ from torch import nn
 from .. import distributed
 from ..errors import SagoInputError
 from ..model.hooks import BlockOutputs
-from ..model.layers import get_decoder_layers
+from ..model.layers import base_forward_params, eval_mode, get_decoder_layers
 from ..model.tokenize import pad_batch, pad_id_of
 from .cache import (
     PrefillUnsupported,
@@ -43,51 +41,15 @@ from .cache import (
     check_cache,
     expand,
     positions,
+    shared_prefix_length,
     sliding_windows,
     warn_fallback,
 )
 from .config import DEFAULT_BATCH_SIZE
 
 
-def _base_forward_params(model: nn.Module) -> set[str]:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return set(inspect.signature(base.forward).parameters)
-
-
 def _batches(order: Sequence[int], batch_size: int) -> list[list[int]]:
     return [list(order[i: i + batch_size]) for i in range(0, len(order), batch_size)]
-
-
-def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common token prefix, leaving every sequence at least one token of its own (the
-    last prompt token must run in the batched forward, where the hooks and the logits read it).
-
-    Example:
-        >>> shared_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
-        2
-        >>> shared_prefix_length([[1, 2], [1, 2]])
-        1
-    """
-    if not seqs:
-        return 0
-    limit = min(len(s) for s in seqs) - 1
-    first = seqs[0]
-    n = 0
-    while n < limit and all(s[n] == first[n] for s in seqs):
-        n += 1
-    return max(n, 0)
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Put the model in eval mode for the duration and restore train/eval mode of every sub-module."""
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
-    try:
-        yield model
-    finally:
-        for m, training in modes.items():
-            m.training = training
 
 
 @dataclass
@@ -125,7 +87,7 @@ class Extractor:
         self.progress = progress
         if self.layers:
             get_decoder_layers(model)  # a model without decoder blocks fails here, before any forward
-        self.forward_params = _base_forward_params(model)
+        self.forward_params = base_forward_params(model)
         self._logits_to_keep = "logits_to_keep" in self.forward_params
         # Sharded parameters (FSDP, ZeRO-3) are gathered inside every forward: then every rank must run the
         # same forwards, including decoding steps after its own rows have ended (see docs/distributed.md).

@@ -107,8 +107,7 @@ class _SAGOArgumentsMethods:
                         set_name, axis = parse_metric(metric)
                         vs = self._sets.get(set_name)
                         scored = vs is not None and has_correctness(vs.groups)
-                        check_target(set_name, axis, self._sets,
-                                     [*sago_config.axes, "instability", *(["accuracy"] if scored else [])])
+                        check_target(set_name, axis, self._sets, sago_config.axes, correctness=scored)
 
     def _list_fields(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ history, and adds its metrics to ``trainer.state.log_history`` and to the Traine
 Trainer does not hand callbacks to itself, and this callback does not look for it (a warning says so).
 
 One evaluation, in :meth:`SAGOCallback._evaluate`, is a straight sequence: run it (:mod:`.measure`), compare
-it with the baseline and the best so far and record it in the history (:mod:`.monitor`), report it (the
+it with the baseline and the best so far and record it in the history (:mod:`sago_train.results.monitor`), report it (the
 Trainer log, W&B, TensorBoard, the console: :mod:`.reporters`), then hand it to the listeners (early stopping).
 When to evaluate is :mod:`.schedule`'s.
 """
@@ -29,20 +29,21 @@ from ..data.sources import SetsLike, resolve_sets
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..eval.plan import has_correctness
-from ..functional.axes import ACCURACY, INSTABILITY
-from ..functional.formatting import printable
+from ..formatting import printable
 from ..io import set_aside
 from ..model.tokenize import resolve_chat_template
 from ..results import store
+from ..results.compare import Comparison
 from ..results.evaluation import Evaluation
 from ..results.layout import SAGO_DIR
+from ..results.monitor import MonitorState
+from ..results.wording import run_summary_lines
 from .early_stopping import check_target
 from .fingerprint import FINGERPRINT_KEY, changed_sets, set_fingerprints
 from .keys import fill_missing, trainer_key
 from .measure import check_can_evaluate, ensure_console, find_tokenizer, run_evaluator
-from .monitor import MonitorState
 from .options import MonitorOptions, options_from_kwargs
-from .reporters import guard_reporters, report, run_summary_lines
+from .reporters import guard_reporters, report
 from .schedule import Schedule, needs_complete
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class SAGOCallback(TrainerCallback):
         self.schedule = Schedule(self.options)
         self.last_result: Evaluation | None = None
         self.last_metrics: dict[str, float] = {}
-        self.last_changes: dict[str, Any] = {}
+        self.last_comparison = Comparison()
         self.failures: list[dict[str, Any]] = []
         self._cannot_evaluate: str | None = None  # why no evaluation can run (soft_failures), else None
         self._pending = False
@@ -146,7 +147,8 @@ class SAGOCallback(TrainerCallback):
                            renderer.chat_template, wanted, self.config.chat_template)
 
     def add_listener(self, listener: Any) -> None:
-        """Objects with ``on_sago_evaluate(args, state, control, *, evaluation, monitor, ...)`` (early stopping);
+        """Objects with ``on_sago_evaluate(args, state, control, *, evaluation, comparison, monitor, ...)`` (early
+        stopping: the :class:`~sago_train.results.compare.Comparison` is this evaluation's changes);
         found in the Trainer when bound, else add them here."""
         if hasattr(listener, "on_sago_evaluate") and listener not in self._listeners:
             self._listeners.append(listener)
@@ -237,8 +239,8 @@ class SAGOCallback(TrainerCallback):
             set_name = getattr(listener, "set_name", None)
             vs = self.sets.get(set_name) if set_name is not None else None
             correctness = vs is not None and has_correctness(vs.groups)
-            check_target(set_name, getattr(listener, "axis", None), self.sets,
-                         [*self.config.axes, INSTABILITY, *([ACCURACY] if correctness else [])])
+            watched = getattr(listener, "quantity", getattr(listener, "axis", None))  # a listener of before #31: .axis
+            check_target(set_name, watched, self.sets, self.config.axes, correctness=correctness)
             if hasattr(listener, "plan") and vs is not None:
                 cap = self.config.max_groups
                 key = trainer_key(getattr(listener, "metric", None))
@@ -293,7 +295,7 @@ class SAGOCallback(TrainerCallback):
             if self.options.evaluate_at_end and not args.load_best_model_at_end and not done:
                 self._evaluate(args, state, control, kwargs, complete=True)
             if distributed.is_main_process():
-                for line in run_summary_lines(self.monitor, self.last_changes):
+                for line in run_summary_lines(self.monitor, self.last_comparison):
                     logger.info(printable(line))  # kinds are user text
         finally:
             if self.monitor is not None:
@@ -338,12 +340,12 @@ class SAGOCallback(TrainerCallback):
         ev.step, ev.epoch = step, float(state.epoch or 0.0)
         self.schedule.finished(args, state, seconds, partial=ev.partial, done=len(self._done))
         # 2. compare with the baseline and the best so far
-        changes = self.monitor.compare(ev, seed=self.config.seed)
+        comparison = self.monitor.compare(ev, seed=self.config.seed)
         baseline = self.monitor.baseline is None
         self.monitor.observe(ev)
         # 3. record
         if main:
-            line = ev.to_history_line(baseline=baseline, compare=changes, runtime_s=seconds,
+            line = ev.to_history_line(baseline=baseline, compare=comparison.to_dict(), runtime_s=seconds,
                                       **{FINGERPRINT_KEY: {n: self.fingerprints[n] for n in ev.sets}})
             try:
                 self.monitor.record(ev, line)
@@ -352,10 +354,10 @@ class SAGOCallback(TrainerCallback):
                 self.failures.append({"step": step, "error": f"OSError: {err}"})
         # 4. report
         settings = {**dataclasses.asdict(self.options), "sets": list(self.sets), **self.config.to_dict()}
-        metrics = report(self.trainer, args, state, control, ev, changes, seconds, self.options, self.monitor,
+        metrics = report(self.trainer, args, state, control, ev, comparison, seconds, self.options, self.monitor,
                          settings)
-        self._done[step], self.last_result, self.last_metrics, self.last_changes = metrics, ev, metrics, changes
+        self._done[step], self.last_result, self.last_metrics, self.last_comparison = metrics, ev, metrics, comparison
         # 5. the listeners (early stopping)
         for listener in self._listeners:
-            listener.on_sago_evaluate(args, state, control, result=ev, evaluation=ev, monitor=self.monitor)
+            listener.on_sago_evaluate(args, state, control, evaluation=ev, comparison=comparison, monitor=self.monitor)
         return metrics

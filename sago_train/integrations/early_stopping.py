@@ -13,17 +13,17 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from ..errors import SagoInputError
-from ..eval.degenerate import degenerate_sets
-from ..functional import stats, verdict_rule
+from ..formatting import printable
+from ..functional import verdict_rule
 from ..functional.axes.registry import higher_is_better
-from ..functional.formatting import printable
 from ..functional.sequential import look_level, unreachable_look
+from ..results.best import Best, BestEntry, is_untrained
+from ..results.degenerate import degenerate_sets
 from ..results.evaluation import Evaluation
 from .early_stopping_multi import MultiMetricMixin
 from .keys import check_target, parse_metric, parse_metric_or_none
-from .monitor import is_improvement, is_untrained
 from .options import EarlyStoppingOptions
-from .stopping_plan import group_means, span, split_metrics, start_line, threshold_look
+from .stopping_plan import BestField, paired_look, split_metrics, start_line, threshold_look
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     Example:
         >>> stopper = SAGOEarlyStoppingCallback("sago/paraphrase/activation", patience=2, alpha=0.05)
-        >>> stopper.set_name, stopper.axis
+        >>> stopper.set_name, stopper.quantity
         ('paraphrase', 'activation')
         >>> stopper.plan(64, steps=list(range(0, 1001, 100)))  # baseline + 10: looks at the 4th to the 10th
         >>> stopper.looks, round(stopper.level(1), 6)
@@ -82,7 +82,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
     ) -> None:
         EarlyStoppingOptions(metric, patience, alpha, min_delta, mode, exclude_baseline, reference_step)  # validates
         self.metric = metric
-        self.set_name, self.axis = parse_metric(metric)
+        self.set_name, self.quantity = parse_metric(metric)
         self.patience = patience
         self.alpha = float(alpha)
         self.min_delta = float(min_delta)
@@ -96,12 +96,16 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self._warned: set[str] = set()
         self._started_over = False  # a new baseline (see start_over): the checkpoint's state is not restored
 
+    @property
+    def axis(self) -> str:
+        """The watched quantity (an axis, ``instability`` or ``accuracy``): the name before :attr:`quantity`."""
+        return self.quantity
+
     def _fresh_state(self) -> None:
-        """The state of a run that has seen no evaluation (JSON-serializable, saved with checkpoints)."""
-        self.best_step: int | None = None
-        self.best_mean: float | None = None
-        self.best_ids: list[str] = []
-        self.best_values: list[float] = []
+        """The state of a run that has seen no evaluation (JSON-serializable, saved with checkpoints; the best
+        so far is a :class:`~sago_train.results.compare.Best` of the watched quantity, saved as its
+        ``best_step``, ``best_mean``, ``best_ids`` and ``best_values``)."""
+        self.best = Best(untrained=not self.exclude_baseline)
         # Following the Trainer's best: the last improvement, {"step", "mean", "ids", "values"}, until confirmed.
         self.candidate: dict[str, Any] | None = None
         self.counter = 0  # threshold mode: worse evaluations in a row
@@ -114,6 +118,12 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         self.reason: str | None = None
         self.decisions: list[dict[str, Any]] = []
         self.baseline_ignores: bool | None = None  # whether the first evaluation's outputs ignored the question
+
+    # The best so far, as checkpoints save it (one Best entry, four attributes).
+    best_step = BestField()
+    best_mean = BestField()
+    best_ids = BestField()
+    best_values = BestField()
 
     def start_over(self) -> None:
         """Forget every evaluation seen, also the checkpoint's: a resumed run started a new baseline."""
@@ -222,7 +232,7 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         ``metric_for_best_model`` naming this metric (with or without the ``eval_`` prefix)."""
         name = getattr(args, "metric_for_best_model", None) or ""
         return bool(getattr(args, "load_best_model_at_end", False)) and parse_metric_or_none(name) == (
-            self.set_name, self.axis)
+            self.set_name, self.quantity)
 
     def _check_trainer_direction(self, args: TrainingArguments) -> None:
         """Following the Trainer's best needs the Trainer to rank this metric the same way. transformers defaults
@@ -231,12 +241,12 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         would silently disagree on every "best". Refuse before training instead."""
         if not self.follows_trainer(args):
             return
-        want = higher_is_better(self.axis)
+        want = higher_is_better(self.quantity)
         got = getattr(args, "greater_is_better", None)
         if got is not None and bool(got) != want:
             raise SagoInputError(
                 f"load_best_model_at_end with metric_for_best_model={args.metric_for_best_model!r} ranks it with "
-                f"greater_is_better={got}, but '{self.axis}' is {'higher' if want else 'lower'}-is-better: the "
+                f"greater_is_better={got}, but '{self.quantity}' is {'higher' if want else 'lower'}-is-better: the "
                 f"Trainer's best checkpoint would be the {'least' if not want else 'most'} stable one, and early "
                 f"stopping on {self.metric} could never agree with it",
                 key="greater_is_better", hint=f"pass greater_is_better={want} in the TrainingArguments")
@@ -246,8 +256,9 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
         cand = self.candidate
         step = getattr(state, "best_global_step", None)
         if cand is not None and step is not None and int(cand["step"]) == int(step):
-            self.best_step, self.best_mean = int(cand["step"]), float(cand["mean"])
-            self.best_ids, self.best_values = list(cand["ids"]), [float(v) for v in cand["values"]]
+            self.best.set(self.set_name, self.quantity, BestEntry(int(cand["step"]), float(cand["mean"]), None,
+                                                                  tuple(cand["ids"]),
+                                                                  tuple(float(v) for v in cand["values"])))
             self.candidate = None
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
@@ -270,15 +281,17 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     # ------------------------------------------------------------------ one evaluation
     def on_sago_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                         result: Any, evaluation: Evaluation, **kwargs: Any) -> None:
-        """Called by :class:`SAGOCallback` after each evaluation. An evaluation without the watched quantity (one
-        without generation, see ``SAGOCallback(generation_every=...)``) does not count: no decision."""
+                         evaluation: Evaluation, **kwargs: Any) -> None:
+        """Called by :class:`SAGOCallback` after each evaluation (``kwargs``: its ``comparison`` and ``monitor``,
+        unused: the paired rule compares windows, not two evaluations). An evaluation without the watched
+        quantity (one without generation, see ``SAGOCallback(generation_every=...)``) does not count: no
+        decision."""
         watched = evaluation.sets.get(self.set_name)
-        if watched is not None and self.axis not in watched.quantities and watched.skipped_axes:
+        if watched is not None and self.quantity not in watched.quantities and watched.skipped_axes:
             return
-        check_target(self.set_name, self.axis, evaluation.sets, [] if watched is None else
-                     [*watched.quantities, *(["accuracy"] if watched.accuracy is not None else [])])
-        by_id = evaluation.group_values(self.set_name, self.axis) or {}
+        check_target(self.set_name, self.quantity, evaluation.sets, [] if watched is None else watched.axes,
+                     correctness=watched is not None and watched.accuracy is not None)
+        by_id = evaluation.group_values(self.set_name, self.quantity) or {}
         ids = list(by_id)
         current = np.array([by_id[i] for i in ids], float)
         mean = float(np.nanmean(current)) if np.isfinite(current).any() else math.nan
@@ -321,62 +334,16 @@ class SAGOEarlyStoppingCallback(TrainerCallback, ExportableState):
 
     def _track_best(self, step: int, ids: list[str], current: np.ndarray, mean: float, follow: bool) -> str | None:
         """Keep the best evaluation so far; returns the word for an improvement, else None."""
-        if not is_improvement(self.axis, mean, self.best_mean):
+        if not self.best.improves(self.set_name, self.quantity, step, mean):
             return None
-        snapshot = {"step": step, "mean": mean, "ids": list(ids), "values": [float(x) for x in current]}
         if follow:
-            self.candidate = snapshot
+            self.candidate = {"step": step, "mean": mean, "ids": list(ids), "values": [float(x) for x in current]}
             return "improved (the best once the Trainer checkpoints it)"
-        self.best_step, self.best_mean = step, mean
-        self.best_ids, self.best_values = snapshot["ids"], snapshot["values"]
+        self.best.offer(self.set_name, self.quantity, step, mean, ids=ids, values=current)
         return "best"
 
     def _paired_look(self, decision: dict[str, Any], step: int, values: dict[str, float]) -> bool:
-        """Add the evaluation to the reference or the window; at a look, test the window against the reference."""
-        p = self.patience
-        if not self.counts(step):
-            decision["verdict"] = f"before the reference step ({self.reference_step})"
-            return False
-        entry = {"step": step, "values": values}
-        if len(self.reference) < p:
-            self.reference.append(entry)
-            decision["verdict"] = f"reference ({len(self.reference)}/{p})"
-            return False
-        self.window = [*self.window, entry][-p:]
-        if len(self.window) < p:
-            decision["verdict"] = f"window ({len(self.window)}/{p})"
-            return False
-        self.looks_done += 1
-        level = self.level(self.looks_done)
-        decision.update({"look": self.looks_done, "looks": self.looks, "level": level})
-        if level <= 0.0:
-            decision["verdict"] = "past the planned looks (cannot stop)"
-            self._warn_once("past plan", "sago early stopping: %s: evaluation at step %d is past the %d look(s) the "
-                            "run planned, which spent alpha: it cannot stop training", self.metric, step, self.looks)
-            return False
-        ref, cur = group_means(self.reference), group_means(self.window)
-        common = [g for g in cur if g in ref]
-        hib = higher_is_better(self.axis)
-        res = verdict_rule.worse_verdict([ref[g] for g in common], [cur[g] for g in common], higher_is_better=hib,
-                                  alpha=level, min_delta=self.min_delta)
-        sign = -1.0 if hib else 1.0
-        decision.update(stats.to_jsonable({"delta": sign * res.mean_diff, "p_value": res.p_worse,
-                                           "ci_low": res.ci_low, "ci_high": res.ci_high, "n": res.n}))
-        decision["verdict"] = "worse" if res.verdict == stats.WORSE else res.words()
-        if res.verdict == stats.NOT_ENOUGH:
-            self._warn_once("few", "sago early stopping: %s shares %s with the reference, so it can never be called "
-                            "worse; evaluate more groups (max_groups)", self.metric, res.words())
-        if res.verdict != stats.WORSE:
-            return False
-        steps = [e["step"] for e in self.window], [e["step"] for e in self.reference]
-        self.reason = (
-            f"{self.metric}: the mean of the last {p} evaluation(s) (steps {span(steps[0])}) is worse than the "
-            f"reference, the first {p} (steps {span(steps[1])}), by {decision['delta']:.4g} over {res.n} groups: "
-            f"one-sided Wilcoxon p = {res.p_worse:.3g} below the look's level {level:.3g}, and the CI at that level "
-            f"clear of 0 (look "
-            f"{self.looks_done} of {self.looks or 'an unplanned number'}; run-level false-stop rate <= "
-            f"{self.alpha:g}; min_delta={self.min_delta:g})")
-        return True
+        return paired_look(self, decision, step, values)
 
     def _threshold_look(self, decision: dict[str, Any], improved: str | None, mean: float) -> bool:
         return threshold_look(self, decision, improved, mean)

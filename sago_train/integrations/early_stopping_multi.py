@@ -48,7 +48,7 @@ class MultiMetricMixin:
         EarlyStoppingOptions(",".join(metrics), patience, alpha, min_delta, mode, exclude_baseline, reference_step)
         self.metrics = metrics
         self.metric = ",".join(metrics)
-        self.set_name = self.axis = None  # several: see watchers
+        self.set_name = self.quantity = None  # several: see watchers
         self.patience, self.alpha, self.min_delta, self.mode = patience, float(alpha), float(min_delta), mode
         self.exclude_baseline, self.reference_step = exclude_baseline, reference_step
         self.split = len(metrics)
@@ -145,7 +145,7 @@ class MultiMetricMixin:
             w.on_train_end(args, state, control, **kwargs)
 
     def on_sago_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                         result: Any, evaluation: Any, **kwargs: Any) -> None:
+                         evaluation: Any, **kwargs: Any) -> None:
         for w in self.watchers:
             if w.stopped_step is None:
-                w.on_sago_evaluate(args, state, control, result=result, evaluation=evaluation, **kwargs)
+                w.on_sago_evaluate(args, state, control, evaluation=evaluation, **kwargs)

@@ -1,7 +1,7 @@
 """The names of SAGO's numbers in the Trainer log, spelled and parsed here only.
 
 ``eval_sago/<set>/<quantity>`` with a quantity an axis, ``instability``, ``accuracy`` (with ``accuracy_all`` and
-``accuracy_worst_kind``, see :mod:`~sago_train.integrations.monitor`) or ``between_dispersion``,
+``accuracy_worst_kind``, see :mod:`~sago_train.results.compare`) or ``between_dispersion``,
 and suffixes for its CI bounds (``_ci_low``, ``_ci_high``) and its paired changes (``_vs_baseline``,
 ``_vs_best``, each with ``_p``); ``eval_sago/instability`` over every set and ``eval_sago/runtime``. W&B shows
 them as ``eval/sago/...``. ``metric_for_best_model`` and early stopping name them ``sago/<set>/<quantity>``
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 from ..errors import SagoInputError, did_you_mean, short_repr
-from ..functional.axes import ACCURACY_ALL, ACCURACY_WORST_KIND
-from ..results.evaluation import ACCURACY, BETWEEN, INSTABILITY, Evaluation
+from ..results.compare import Comparison, numbers, watchable
+from ..results.evaluation import ACCURACY, INSTABILITY, Evaluation
 
 PREFIX = "eval_sago"
 RUNTIME = f"{PREFIX}/runtime"
@@ -69,50 +68,15 @@ def trainer_key(metric: str | None) -> str | None:
     return metric if metric.startswith("eval_") else f"eval_{metric}"
 
 
-def display_order(axes: list[str]) -> list[str]:
-    """Axes in the order logs and tables show them: ``activation_rel`` before raw ``activation`` (raw
-    activation is squeezed by the shared direction of a model's hidden states, so it is the one to read
-    second), the others as given."""
-    if "activation_rel" in axes and "activation" in axes:
-        rest = [a for a in axes if a != "activation_rel"]
-        i = rest.index("activation")
-        return rest[:i] + ["activation_rel"] + rest[i:]
-    return list(axes)
-
-
-def evaluation_metrics(ev: Evaluation, changes: dict[str, dict[str, dict[str, Any]]], seconds: float) -> dict[str, float]:
-    """Every finite number of one evaluation: per set each quantity's mean and CI bounds, the accuracy
-    quantities, the between-group dispersion, the paired changes against the baseline and the best so far with
-    their p-values (``changes``, from the monitor: every axis and every accuracy quantity alike), the overall
-    instability and the runtime. An evaluation that left
-    axes out has no ``instability`` (it is absent, never a mean over fewer axes)."""
-    out: dict[str, float] = {}
-    for name, s in ev.sets.items():
-        for axis in display_order(s.axes):
-            sm = s.summaries[axis]
-            out[key(name, axis)], out[key(name, axis, "_ci_low")], out[key(name, axis, "_ci_high")] = \
-                sm.mean, sm.ci_low, sm.ci_high
-        if s.instability is not None:
-            out[key(name, INSTABILITY)] = s.instability.mean
-        if "activation_rel" in s.set_level:
-            out[key(name, BETWEEN)] = s.between_dispersion
-        acc = s.accuracy
-        if acc is not None:
-            out[key(name, ACCURACY)] = acc.mean
-            out[key(name, ACCURACY, "_ci_low")], out[key(name, ACCURACY, "_ci_high")] = acc.ci_low, acc.ci_high
-        for quantity in (ACCURACY_ALL, ACCURACY_WORST_KIND):  # compared like accuracy: their means beside
-            score = s.score(quantity)
-            if score is not None:
-                out[key(name, quantity)] = score.mean
-        for quantity, entry in changes.get(name, {}).items():
-            for label, change in entry.items():
-                out[key(name, quantity, f"_{label}")] = change["mean_diff"]
-                out[key(name, quantity, f"_{label}_p")] = change["p_value"]
-    overall = ev.overall_instability()
-    if overall is not None:
-        out[OVERALL] = overall.mean
-    out[RUNTIME] = seconds
-    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
+def evaluation_metrics(ev: Evaluation, changes: Comparison, seconds: float) -> dict[str, float]:
+    """Every finite number of one evaluation and its changes (:func:`~sago_train.results.compare.numbers`: per
+    set each quantity's mean with the CI bounds of the axes and accuracy, the paired changes against the
+    baseline and the best so far with their p of "worse", the overall instability) under its Trainer-log key,
+    and the runtime."""
+    out = {OVERALL if not name else key(name, q, suffix): v for (name, q, suffix), v in numbers(ev, changes).items()}
+    if math.isfinite(seconds):
+        out[RUNTIME] = float(seconds)
+    return out
 
 
 def headline(metrics: dict[str, float], ev: Evaluation) -> dict[str, float]:
@@ -135,14 +99,15 @@ def fill_missing(metrics: dict[str, float], watched: str | None, greater_is_bett
     return True
 
 
-def check_target(set_name: str | None, axis: str | None, sets: Iterable[str], axes: Iterable[str], *,
-                 not_in: str = "monitored") -> None:
-    """Early stopping must watch a monitored set and a computed axis: the one check, run by a recipe, before
-    training (by :class:`SAGOCallback`) and on every evaluation. ``axes`` includes ``instability``."""
-    sets, axes = list(sets), list(axes)
+def check_target(set_name: str | None, quantity: str | None, sets: Iterable[str], axes: Iterable[str], *,
+                 correctness: bool = True, not_in: str = "monitored") -> None:
+    """Early stopping must watch a monitored set and a quantity it may watch
+    (:func:`~sago_train.results.compare.watchable` of the computed ``axes``; accuracy with ``correctness``): the
+    one check, run by a recipe, before training (by :class:`SAGOCallback`) and on every evaluation."""
+    sets, allowed = list(sets), watchable(axes, correctness)
     if set_name is not None and set_name not in sets:
         raise SagoInputError(f"early stopping watches set {short_repr(set_name)}, which is not {not_in} "
                              f"({', '.join(sets) or 'none'}){did_you_mean(set_name, sets)}", key="metric")
-    if axis is not None and axis not in axes:
-        raise SagoInputError(f"early stopping watches axis {short_repr(axis)}, which is not computed (axes: "
-                             f"{', '.join(axes)})", key="metric")
+    if quantity is not None and quantity not in allowed:
+        raise SagoInputError(f"early stopping watches axis {short_repr(quantity)}, which is not computed (axes: "
+                             f"{', '.join(allowed)})", key="metric")

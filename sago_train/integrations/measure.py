@@ -21,7 +21,7 @@ from ..data.groups import VariantSet
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..eval.evaluator import SAGOEvaluator
-from ..functional.formatting import printable
+from ..formatting import printable
 from ..results.evaluation import Evaluation
 
 logger = logging.getLogger("sago_train.integrations.callback")  # the callback's log

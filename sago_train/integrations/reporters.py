@@ -15,20 +15,20 @@ from typing import Any
 from transformers import Trainer, TrainerCallback
 
 from .. import distributed
-from ..functional import stats
-from ..functional.axes import ACCURACY, ACCURACY_WORST_KIND, BETWEEN, INSTABILITY
-from ..functional.formatting import fmt_num, fmt_p, printable
+from ..formatting import printable
+from ..functional.axes import BETWEEN, INSTABILITY
 from ..functional.stats import to_jsonable
-from ..functional.wording import READ_BESIDE, change_words, set_context
+from ..results.compare import LABELS, Comparison, quantities
 from ..results.evaluation import Evaluation
-from .keys import PREFIX, display_order, evaluation_metrics, headline
-from .monitor import ACCURACIES, MonitorState, quantities
+from ..results.monitor import MonitorState
+from ..results.wording import accuracy_warnings, change_lines
+from .keys import PREFIX, evaluation_metrics, headline
 from .options import MonitorOptions
 
 logger = logging.getLogger("sago_train.integrations.callback")  # the callback's log
 
 
-def report(trainer: Any, args: Any, state: Any, control: Any, ev: Evaluation, changes: dict[str, Any],
+def report(trainer: Any, args: Any, state: Any, control: Any, ev: Evaluation, changes: Comparison,
            seconds: float, options: MonitorOptions, monitor: MonitorState, settings: dict[str, Any]) -> dict[str, float]:
     """Report one evaluation (see the module doc); returns every metric (the Trainer's evaluation metrics get
     them all, so ``metric_for_best_model`` may name any)."""
@@ -75,126 +75,45 @@ def log_metrics(trainer: Any, metrics: dict[str, float], state: Any, control: An
     control.should_log, control.should_evaluate, control.should_save = flags
 
 
-# ---------------------------------------------------------------------------------------------- the console
-def _set_context(changes: dict[str, Any], label: str) -> dict[str, bool]:
-    """:func:`~sago_train.functional.wording.set_context` of one set's changes against ``label`` (``vs_baseline``
-    or ``vs_best``)."""
-    return set_context({q: ((e or {}).get(label) or {}).get("verdict") for q, e in changes.items()})
-
-
-def _move(q: str, entry: dict[str, Any], before: Evaluation, after: Evaluation, name: str) -> str:
-    """``q <before mean> -> <after mean>``; ``accuracy_worst_kind`` names the kind compared and gives its
-    accuracy in each (each evaluation's own worst kind may differ)."""
-    kind = entry.get("kind") if q == ACCURACY_WORST_KIND else None
-    if kind is None:
-        return f"{q} {fmt_num(before.mean(name, q))} -> {fmt_num(after.mean(name, q))}"
-    then, now = ((e.sets[name].correctness.get("per_kind") or {}).get(kind) for e in (before, after))
-    return f"{q} ({kind}) {fmt_num(then)} -> {fmt_num(now)}"
-
-
-def change_lines(ev: Evaluation, changes: dict[str, Any], baseline: Evaluation | None) -> list[str]:
-    """One line per set: each quantity's baseline and current means with the paired verdict against the
-    baseline; the significant ones first, the rest summarized ("no significant change: ...")."""
-    if baseline is None or baseline.step == ev.step:
-        return []
-    out = []
-    for name, s in ev.sets.items():
-        per_q = changes.get(name) or {}
-        context = _set_context(per_q, "vs_baseline")
-        said, quiet = [], []
-        for q in [*display_order(s.axes), INSTABILITY, *ACCURACIES]:
-            entry = (per_q.get(q) or {}).get("vs_baseline")
-            if not entry:
-                continue
-            move = _move(q, entry, baseline, ev, name)
-            if entry["verdict"] in (stats.BETTER, stats.WORSE, stats.DEGENERATE):
-                words = change_words(q, entry["verdict"], **context)
-                p = entry["p_value"] if entry["verdict"] == stats.WORSE else entry.get("p_better")
-                said.append(f"{move} {words} (p {fmt_p(p)})")
-            else:
-                quiet.append(move)
-        if not said and not quiet:
-            continue
-        parts = said + ([f"no significant change: {', '.join(quiet)}"] if quiet else [])
-        out.append(f"sago step {ev.step}, set '{name}' vs the baseline (step {baseline.step}): " + "; ".join(parts))
-    return out
-
-
-def accuracy_warnings(ev: Evaluation, changes: dict[str, Any], baseline: Evaluation | None) -> list[str]:
-    """A warning per set whose accuracy fell significantly since the baseline: stability measured on a model
-    that forgot its task reads as better (a model that is consistently wrong is perfectly stable)."""
-    out = []
-    for name, per_q in changes.items():
-        entry = (per_q.get(ACCURACY) or {}).get("vs_baseline")
-        if not entry or entry["verdict"] != stats.WORSE or baseline is None:
-            continue
-        out.append(f"sago step {ev.step}: accuracy on set '{name}' fell significantly since the baseline "
-                   f"({fmt_num(baseline.mean(name, ACCURACY))} -> {fmt_num(ev.mean(name, ACCURACY))}, p "
-                   f"{fmt_p(entry['p_value'])}, {entry['n']} groups): {READ_BESIDE}")
-    return out
-
-
-def run_summary_lines(monitor: MonitorState, changes: dict[str, Any]) -> list[str]:
-    """The end of training, per set and quantity: baseline -> best -> final (with their steps) and the final
-    evaluation's verdict against the baseline."""
-    base, last = monitor.baseline, monitor.last
-    if base is None or last is None or last.step == base.step:
-        return []
-    out = [f"sago: summary of the run, steps {base.step} -> {last.step} (best = the best evaluation per quantity; "
-           "verdict = the final evaluation against the baseline, paired by group)"]
-    for name, s in last.sets.items():
-        per_q = changes.get(name) or {}
-        context = _set_context(per_q, "vs_baseline")
-        rows = []
-        for q in [*display_order(s.axes), INSTABILITY, *ACCURACIES]:
-            final = last.mean(name, q)
-            if not math.isfinite(final):
-                continue
-            best = monitor.best.get((name, q))
-            entry = (per_q.get(q) or {}).get("vs_baseline")
-            verdict = change_words(q, entry["verdict"], **context) if entry else "not compared"
-            best_text = f" -> best {fmt_num(best.mean(name, q))} (step {best.step})" if best is not None else ""
-            rows.append(f"{q} {fmt_num(base.mean(name, q))}{best_text} -> final {fmt_num(final)}: {verdict}")
-        if rows:
-            out.append(f"  set '{name}': " + "; ".join(rows))
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- W&B, TensorBoard
 DETAIL_COLUMNS = ("mean", "ci_low", "ci_high", "vs_baseline", "vs_baseline_p", "vs_baseline_verdict", "vs_best",
                   "vs_best_p", "vs_best_verdict")
 
 
-def detail_rows(ev: Evaluation, changes: dict[str, Any] | None = None) -> list[list[Any]]:
+def detail_rows(ev: Evaluation, changes: Comparison | None = None) -> list[list[Any]]:
     """One row per (set, quantity) that the monitor compares (every axis, ``instability``, the accuracy
     quantities, ``between_dispersion``): ``DETAIL_COLUMNS``, its mean and CI from the evaluation, each paired
-    change (``mean_diff``, ``p_value`` = p of a regression, the one rule's verdict) from ``changes`` (None
-    where a value is missing)."""
+    change (``mean_diff``, ``p_worse``, the one rule's verdict) from ``changes`` (None where a value is
+    missing)."""
     rows = []
+    changes = changes or Comparison()
     for name, s in ev.sets.items():
-        per_q = (changes or {}).get(name) or {}
         for q in quantities(ev, name):
             sm = s.score(q)
             mean, lo, hi = (s.between_dispersion, None, None) if q == BETWEEN else \
                 (None, None, None) if sm is None else (sm.mean, sm.ci_low, sm.ci_high)
             row: list[Any] = [name, q, *(None if v is None or not math.isfinite(v) else v for v in (mean, lo, hi))]
-            for label in ("vs_baseline", "vs_best"):
-                change = (per_q.get(q) or {}).get(label) or {}
-                row += [change.get("mean_diff"), change.get("p_value"), change.get("verdict")]
+            for label in LABELS:
+                change = changes.get(name, q, label)
+                row += [None, None, None] if change is None else \
+                    [_finite(change.mean_diff), _finite(change.p_worse), change.verdict]
             rows.append(row)
     return rows
 
 
-def detail_verdicts(changes: dict[str, Any]) -> dict[str, str]:
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def detail_verdicts(changes: Comparison) -> dict[str, str]:
     """``{"<set>/<quantity>_<vs_baseline|vs_best>_verdict": verdict}``: the words beside the W&B details'
     numbers."""
-    return {f"{name}/{q}_{label}_verdict": change["verdict"] for name, per_q in changes.items()
-            for q, entry in per_q.items() for label, change in entry.items() if change.get("verdict")}
+    return {f"{c.set_name}/{c.quantity}_{label}_verdict": c.verdict for label, c in changes}
 
 
 def log_wandb_extras(args: Any, state: Any, ev: Evaluation, *, max_rows: int,
                      details: dict[str, float] | None = None, settings: dict[str, Any] | None = None,
-                     changes: dict[str, Any] | None = None) -> None:
+                     changes: Comparison | None = None) -> None:
     """Histograms of per-group values, a table of the ``max_rows`` most unstable groups (0: no table) with one
     numeric (sortable) column per axis, and ``details`` (the numbers left out of the Trainer log) with the
     verdicts of ``changes`` (every axis' and the accuracy quantities') as a table and a nested summary entry; ``settings`` (the callback's options) go to ``wandb.config["sago"]``. Into the run
@@ -231,7 +150,7 @@ def log_wandb_extras(args: Any, state: Any, ev: Evaluation, *, max_rows: int,
                                                        data=detail_rows(ev, changes))
             wandb.run.summary["eval/sago/details"] = {
                 **{k.removeprefix(f"{PREFIX}/"): v for k, v in (details or {}).items()},
-                **detail_verdicts(changes or {})}
+                **detail_verdicts(changes or Comparison())}
         wandb.log(payload)
     except Exception as err:  # noqa: BLE001 - a failing W&B must not stop the other reporters
         logger.warning("sago: W&B logging failed (%s: %s); other reporters and the history go on",

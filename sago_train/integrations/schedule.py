@@ -17,8 +17,8 @@ from ..data.groups import VariantSet
 from ..errors import SagoInputError
 from ..eval.config import SAGOConfig
 from ..eval.plan import axes_computed, select_groups
+from ..formatting import printable
 from ..functional.axes import ACCURACY, INSTABILITY, get_axis
-from ..functional.formatting import printable
 from .keys import PREFIX, trainer_key
 from .options import MonitorOptions
 

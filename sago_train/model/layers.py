@@ -1,11 +1,14 @@
-"""Finding a causal LM's decoder blocks and resolving layer indices (docs/definitions.md#prompt-tokens).
+"""Finding a causal LM's decoder blocks and resolving layer indices (docs/definitions.md#prompt-tokens); the
+model in eval mode for a while, and the keywords its forward takes.
 
 Shared by the evaluation extractor and the stability loss: both hook the output of decoder blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -112,3 +115,21 @@ def block_output(output: object) -> torch.Tensor:
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
     raise TypeError(f"unexpected decoder block output of type {type(output).__name__}")
+
+
+def base_forward_params(model: nn.Module) -> set[str]:
+    """The keyword arguments the forward of ``model`` (a PEFT model's base model) takes."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return set(inspect.signature(base.forward).parameters)
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put the model in eval mode for the duration and restore train/eval mode of every sub-module."""
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, training in modes.items():
+            m.training = training

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import SagoInputError, unknown_name_error
-from ..functional.formatting import printable
+from ..formatting import printable
 from ..limits import read_bounded_text
 from .real import resolve_model_path
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SagoInputError, unknown_name_error
-from ..functional.formatting import printable
+from ..formatting import printable
 from .tiny import tiny_model_path
 
 SCHEME = "sago://"

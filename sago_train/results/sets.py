@@ -337,7 +337,7 @@ def paired_worst_kind(before: SetEvaluation | None, after: SetEvaluation) -> str
     Chosen on both, never on ``after`` alone: the kind that is worst now is partly worst by chance, so its
     paired change leans towards "less accurate" even when nothing changed (six equally hard kinds, 20 groups,
     nothing changed: "worse" in 11% of 300 simulated pairs, against 2.7% for this choice and for a kind fixed
-    in advance; ``tests/integrations/test_monitor.py``). A choice that is the same with the two evaluations
+    in advance; ``tests/results/test_monitor.py``). A choice that is the same with the two evaluations
     swapped leaves the paired test its level.
 
     Example:

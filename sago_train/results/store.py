@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SagoInputError
-from ..functional.formatting import printable
+from ..formatting import printable
 from ..functional.stats import Summary
 from ..io import (
     LOCK_NAME,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,50 +9,20 @@ from typing import Any, Optional
 
 from ..data.generators import FREE_TEXT_KINDS, GENERATORS
 from ..errors import SagoInputError, did_you_mean, unknown_name_error
-from ..limits import MAX_FRESH_VARIANTS, MAX_LOSS_WEIGHT, MAX_NEW_TOKENS, MAX_TRAINING_STEPS
+from ..limits import MAX_FRESH_VARIANTS, MAX_TRAINING_STEPS
 from ..model.layers import check_layer_indices
+from .modes import (
+    MODES_REGISTRY,
+    StabilityMode,
+    _check_choice,
+    _check_int,
+    _check_weight,
+    get_mode,
+)
 
-MODES = ("centroid", "anchor", "relative", "consistency")
-DIVERGENCES = ("kl", "js")
-TEACHERS = ("self", "frozen", "ema")
 DEFAULT_FRESH_KINDS = ("typo", "casing", "whitespace")
-RELATIVE_FORMS = ("ratio", "infonce")
 POOLINGS = ("target", "last")
 TASK_LOSS_VARIANTS = ("all", "canonical")
-
-
-def _check_weight(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SagoInputError(f"expected a number, got {value!r}", key=name)
-    if math.isnan(value) or math.isinf(value):
-        raise SagoInputError(f"expected a finite number, got {value!r}", key=name)
-    if value < 0:
-        raise SagoInputError(
-            f"expected a weight >= 0, got {value!r}", key=name, hint="a weight of 0 disables the term"
-        )
-    if value > MAX_LOSS_WEIGHT:
-        raise SagoInputError(f"expected a number in [0, {MAX_LOSS_WEIGHT:g}] (MAX_LOSS_WEIGHT), got {value!r}",
-                             key=name)
-    return float(value)
-
-
-def _check_int(name: str, value: Any, low: int, high: int, limit: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SagoInputError(f"expected an integer in [{low:,}, {high:,}] ({limit}), got {str(value)[:40]}",
-                             key=name)
-    return value
-
-
-def _check_unit(name: str, value: Any, *, closed_low: bool, open_high: bool) -> float:
-    """A number in [0, 1) / (0, 1) (``closed_low``) ... (``open_high``: 1 excluded)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise SagoInputError(f"expected a number, got {value!r}", key=name)
-    low_ok = value >= 0 if closed_low else value > 0
-    high_ok = value < 1 if open_high else value <= 1
-    if not (low_ok and high_ok):
-        interval = ("[" if closed_low else "(") + "0, 1" + (")" if open_high else "]")
-        raise SagoInputError(f"expected a number in {interval}, got {value!r}", key=name)
-    return float(value)
 
 
 def _check_fresh_kinds(value: Any) -> list[str]:
@@ -70,12 +39,6 @@ def _check_fresh_kinds(value: Any) -> list[str]:
                 hint="build variants of the other kinds into the data (sago_train.data.build_variant_set)",
             )
     return list(value)
-
-
-def _check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise unknown_name_error(name, str(value), choices, key=name)
-    return value
 
 
 @dataclass
@@ -217,11 +180,7 @@ class StabilityConfig:
     def __post_init__(self) -> None:
         self.act_weight = _check_weight("act_weight", self.act_weight)
         self.conf_weight = _check_weight("conf_weight", self.conf_weight)
-        self.mode = _check_choice("mode", self.mode, MODES)
-        self.relative_form = _check_choice("relative_form", self.relative_form, RELATIVE_FORMS)
-        self.temperature = _check_weight("temperature", self.temperature)
-        if self.temperature == 0:
-            raise SagoInputError("expected a temperature > 0, got 0", key="temperature")
+        self.mode = _check_choice("mode", self.mode, tuple(MODES_REGISTRY))  # a registered mode, also a new one
         if self.pooling is not None:
             warnings.warn("StabilityConfig(pooling=...) is deprecated: use act_pooling (evaluation has its own "
                           "prompt_pooling)", DeprecationWarning, stacklevel=3)
@@ -230,14 +189,8 @@ class StabilityConfig:
         self.task_loss_variants = _check_choice("task_loss_variants", self.task_loss_variants, TASK_LOSS_VARIANTS)
         self.warmup_steps = _check_int("warmup_steps", self.warmup_steps, 0, MAX_TRAINING_STEPS, "MAX_TRAINING_STEPS")
         self.layers = check_layer_indices(self.layers)
-        self.divergence = _check_choice("divergence", self.divergence, DIVERGENCES)
-        self.teacher = _check_choice("teacher", self.teacher, TEACHERS)
-        self.ema_decay = _check_unit("ema_decay", self.ema_decay, closed_low=True, open_high=True)
-        self.teacher_temperature = _check_weight("teacher_temperature", self.teacher_temperature)
-        if self.teacher_temperature == 0:
-            raise SagoInputError("expected a temperature > 0, got 0", key="teacher_temperature")
-        self.confidence_threshold = _check_unit("confidence_threshold", self.confidence_threshold,
-                                                closed_low=True, open_high=True)
+        for mode in MODES_REGISTRY.values():  # each mode checks its own fields, whichever mode is used
+            mode.check(self)
         self.fresh_variants = _check_int("fresh_variants", self.fresh_variants, 0, MAX_FRESH_VARIANTS,
                                          "MAX_FRESH_VARIANTS")
         if self.fresh_kinds is not None:
@@ -247,13 +200,11 @@ class StabilityConfig:
         if not self.fixed_variants and self.fresh_variants < 1:
             raise SagoInputError("fixed_variants=False keeps only the canonical prompt, so a group needs fresh "
                                  "variants", key="fixed_variants", hint="set fresh_variants >= 1")
-        self.unlabeled_max_new_tokens = _check_int("unlabeled_max_new_tokens", self.unlabeled_max_new_tokens, 1,
-                                                   MAX_NEW_TOKENS, "MAX_NEW_TOKENS")
-        if self.divergence == "js" and self.teacher != "self":
-            raise SagoInputError(
-                f"divergence 'js' compares the canonical and each variant without a stop-gradient, so it has no "
-                f"teacher; got teacher={self.teacher!r}", key="teacher", hint="use teacher='self' with divergence='js'"
-            )
+
+    @property
+    def stability_mode(self) -> StabilityMode:
+        """The registered :class:`~sago_train.training.modes.StabilityMode` of :attr:`mode`."""
+        return get_mode(self.mode)
 
     @property
     def kinds_to_draw(self) -> list[str]:

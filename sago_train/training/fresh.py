@@ -110,7 +110,7 @@ def configure_collator(collator: Any, config: Any, seed: int) -> Any:
     fresh variants are asked for, which only the library's collator draws)."""
     from .collator import VariantGroupCollator
 
-    unlabeled = config.mode == "consistency"
+    unlabeled = config.stability_mode.unlabeled
     if not config.fresh_variants and not unlabeled:
         return collator
     if not isinstance(collator, VariantGroupCollator):

@@ -52,9 +52,6 @@ import torch
 from torch import nn
 
 from ..errors import SagoInputError
-from ..functional.dispersion import activation_dispersion, anchor_activation_distance
-from ..functional.divergence import consistency_divergence, divergence_from_logits
-from ..functional.relative import contrastive_dispersion, relative_dispersion
 from ..model.hooks import HiddenCapture, logits_from_hidden
 from ..model.layers import get_decoder_layers, resolve_layers
 from .batch import (
@@ -66,7 +63,8 @@ from .batch import (
     split_batch,
     target_logprobs,
 )
-from .config import MODES, POOLINGS, RELATIVE_FORMS, TASK_LOSS_VARIANTS, StabilityConfig
+from .config import POOLINGS, TASK_LOSS_VARIANTS, StabilityConfig
+from .modes import MODES, RELATIVE_FORMS
 
 __all__ = [
     "MODES",
@@ -120,6 +118,7 @@ class StabilityLoss:
 
     def __init__(self, config: StabilityConfig, model: nn.Module) -> None:
         self.config = config
+        self.mode = config.stability_mode
         self.layers: list[int] = []
         if config.act_weight > 0 or config.layers is not None:
             n = len(get_decoder_layers(model))
@@ -129,29 +128,22 @@ class StabilityLoss:
             self.layers = []
         # None: not checked yet; True: project final hidden states; False: use the model's logits.
         self.head_from_hidden: bool | None = None
-        # Mode 'relative': micro-batches that held a single group, for which L_act was 0 (see _activation).
+        # Micro-batches with fewer groups than the mode needs (relative: one), for which L_act was 0.
         self.single_group_batches = 0
 
     def _activation(self, vectors: torch.Tensor, layout: GroupLayout) -> torch.Tensor:
         """L_act of one layer's pooled vectors ``[G, K, H]``, per group ``[G]``."""
-        cfg = self.config
-        if cfg.mode == "centroid":
-            return activation_dispersion(vectors)
-        if cfg.mode in ("anchor", "consistency"):
-            return anchor_activation_distance(vectors, layout.canonical)
-        if layout.num_groups < 2:
+        if layout.num_groups < self.mode.min_groups:
             # The documented fallback: a micro-batch with one group (the last, partial batch of an epoch) has
             # no other group to measure against, so it adds 0 (no gradient) to L_act; counted and warned.
             if self.single_group_batches == 0:
                 warnings.warn(
-                    "mode 'relative' got a micro-batch with a single group; its L_act is 0 (no other group to "
-                    "compare with). Use per_device_train_batch_size >= 2 and dataloader_drop_last=True to avoid it",
-                    stacklevel=4,
+                    f"mode '{self.mode.name}' got a micro-batch with a single group; its L_act is 0 (no other group "
+                    "to compare with). Use per_device_train_batch_size >= 2 and dataloader_drop_last=True to avoid "
+                    "it", stacklevel=4,
                 )
             return vectors.new_zeros(1, dtype=torch.float64 if vectors.dtype == torch.float64 else torch.float32)
-        if cfg.relative_form == "ratio":
-            return relative_dispersion(vectors)
-        return contrastive_dispersion(vectors, temperature=cfg.temperature)
+        return self.mode.activation(vectors, layout, self.config)
 
     @property
     def wants_logits(self) -> bool:
@@ -251,24 +243,17 @@ class StabilityLoss:
                     for layer in self.layers
                 ]
                 out.act = torch.stack(per_layer).mean()
-                if cfg.mode == "relative" and layout.num_groups < 2:
+                if layout.num_groups < self.mode.min_groups:
                     self.single_group_batches += 1
             if rows is not None and mask is not None:
-                canonical = None if cfg.mode != "anchor" else layout.canonical[:, None].expand_as(mask)
                 # The rows selected in the forward serve this call only (no node saved them): the divergence
                 # may overwrite them with their gradient (no recompute in backward, no second rows-sized
                 # tensor); the capture stops exposing them.
                 consume = rows is capture.head_rows
                 if consume:
                     capture.head_rows = None
-                if cfg.mode == "consistency":
-                    per_pos, top = consistency_divergence(
-                        rows, layout.canonical[:, None].expand_as(mask), divergence=cfg.divergence,
-                        teacher_logits=teacher_logits, temperature=cfg.teacher_temperature, consume=consume)
-                    if cfg.confidence_threshold > 0:
-                        mask = mask & (top >= cfg.confidence_threshold)
-                else:
-                    per_pos = divergence_from_logits(rows, canonical, consume=consume)  # [G, T]: JS, or KL
+                per_pos, mask = self.mode.confidence(rows, mask, layout, self.config, teacher_logits=teacher_logits,
+                                                     consume=consume)  # [G, T]
                 w = mask.to(per_pos.dtype)
                 out.conf = ((per_pos * w).sum(-1) / w.sum(-1).clamp_min(1.0)).mean()
         return out
@@ -294,8 +279,7 @@ class StabilityLoss:
                        groups: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         """The frozen / EMA teacher's ``[G, T, V]`` logits for this batch, or ``None`` (teacher 'self', another
         mode, or no confidence term). ``model`` is the unwrapped model."""
-        cfg = self.config
-        if cfg.mode != "consistency" or not self.wants_logits or teacher is None or teacher.kind == "self":
+        if not self.mode.needs_teacher or not self.wants_logits or teacher is None or teacher.kind == "self":
             return None
         input_ids = model_inputs["input_ids"]
         return teacher.logits(model, input_ids, model_inputs.get("attention_mask"), group_layout(groups, input_ids))

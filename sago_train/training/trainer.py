@@ -129,9 +129,10 @@ class StabilityTrainerMixin:
                 f"the stability loss does not support torch.nn.DataParallel ({self.args.n_gpu} GPUs in one process)",
                 hint="launch one process per GPU with torchrun or accelerate launch (DDP)",
             )
-        if stability_config.mode == "relative" and stability_config.act_weight > 0 and self.args.per_device_train_batch_size < 2:
+        mode = stability_config.stability_mode
+        if stability_config.act_weight > 0 and self.args.per_device_train_batch_size < mode.min_groups:
             raise SagoInputError(
-                "stability mode 'relative' compares each group with the other groups of its micro-batch, but "
+                f"stability mode '{mode.name}' compares each group with the other groups of its micro-batch, but "
                 f"per_device_train_batch_size is {self.args.per_device_train_batch_size} (one group per batch)",
                 key="per_device_train_batch_size",
                 hint="use per_device_train_batch_size >= 2 (items are groups), or mode 'centroid'/'anchor'",
@@ -153,7 +154,7 @@ class StabilityTrainerMixin:
             self.data_collator = _CanonicalOnlyLabels(self.data_collator)
         # Built now, as training starts from this model: the frozen copy or the EMA's first value.
         self._sago_teacher = None
-        if stability_config.mode == "consistency":
+        if mode.needs_teacher:
             zero3 = getattr(getattr(self.accelerator.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
             check_sharding(stability_config.teacher, self.model, fsdp=self.is_fsdp_enabled, zero3=zero3)
             self._sago_teacher = Teacher(stability_config.teacher, self.model, stability_config.ema_decay)

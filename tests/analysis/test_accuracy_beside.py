@@ -13,7 +13,7 @@ from scipy import stats as sps
 from sago_train.analysis.compare import compare_evaluations, load_sources
 from sago_train.analysis.report import paired_against_first
 from sago_train.functional import stats
-from sago_train.functional.wording import CONSISTENTLY_WRONG
+from sago_train.results.wording import CONSISTENTLY_WRONG
 
 from .._helpers.forgetting import SET, evaluation
 from .._helpers.results_dirs import run_cli, write_eval_dir

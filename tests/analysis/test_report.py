@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sago_train.cli.main import main
-from sago_train.functional.formatting import fmt_num, fmt_p
+from sago_train.formatting import fmt_num, fmt_p
 
 from .._helpers.results_dirs import (
     _set_summary,
@@ -301,7 +301,7 @@ def test_paired_comparison_flags_a_collapse_below_the_baseline(tmp_path, capsys)
     ref, new = evals[0].label, evals[1].label
     rows = {r["axis"]: r for r in paired_against_first(evals)}
     assert rows["between_dispersion"]["verdict"] == f"{new} less dispersed between groups than {ref} (a collapse)"
-    assert rows["between_dispersion"]["p_more_stable"] == pytest.approx(
+    assert rows["between_dispersion"]["p_better"] == pytest.approx(
         sps.wilcoxon(between * 0.5 - between, alternative="less").pvalue)
     # Raw activation fell with the between-group dispersion: a collapse, never "more stable" (issue 18).
     assert rows["activation"]["verdict"] == f"{new} lower than {ref}, but so is the between-group dispersion: a " \
@@ -346,8 +346,8 @@ def test_verdict_is_the_one_rule_not_the_wilcoxon_alone(tmp_path, capsys):
     a = write_eval_dir(tmp_path / "A", {"s": {"activation": list(case.before())}})
     b = write_eval_dir(tmp_path / "B", {"s": {"activation": list(case.after())}})
     row = next(r for r in paired_against_first(load_sources([a, b], last_only=True)) if r["axis"] == "activation")
-    assert row["p_less_stable"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
-    assert row["p_less_stable"] < 0.05 and row["ci_low"] < 0 < row["ci_high"]
+    assert row["p_worse"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
+    assert row["p_worse"] < 0.05 and row["ci_low"] < 0 < row["ci_high"]
     assert row["mean_diff"] == pytest.approx(case.DIFF.mean())
     assert row["outcome"] == row["verdict"] == "no significant difference"
     code, out, err = run_cli(["report", str(a), str(b), "--out", str(tmp_path / "rep")], capsys)

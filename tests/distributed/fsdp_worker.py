@@ -111,7 +111,7 @@ def run_callback(out: Path) -> dict[str, Any]:
     from sago_train import SAGOCallback, bundled_sets
     from sago_train.eval.evaluator import SAGOEvaluator
     from sago_train.eval.extraction import Extractor
-    from sago_train.integrations.monitor import MonitorState
+    from sago_train.results.monitor import MonitorState
 
     seen: dict[str, list] = {"writes": [], "groups": [], "new_tokens": []}
     record, groups, generate = MonitorState.record, SAGOEvaluator._evaluate_groups, Extractor._generate

@@ -15,9 +15,9 @@ import pytest
 from sago_train import SAGOCallback, SAGOConfig, SAGOEvaluator
 from sago_train.cli.main import main
 from sago_train.data import VariantSet
-from sago_train.eval.degenerate import setting
 from sago_train.eval.extraction import Extractor
 from sago_train.integrations.measure import run_evaluator
+from sago_train.results.degenerate import setting
 
 from .._helpers.tiny import make_byte_tokenizer
 

@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from sago_train import SAGOCallback, StabilityConfig, StabilityTrainer, bundled_sets, load_tiny_model
-from sago_train.functional.wording import CONSISTENTLY_WRONG
+from sago_train.results.wording import CONSISTENTLY_WRONG, DEGENERATE_WORDS
 
 from .._helpers.results_dirs import run_cli
 
@@ -45,14 +45,14 @@ def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog, ca
     before, after = lines[0]["correctness"][SET]["accuracy"], final["correctness"][SET]["accuracy"]
     assert after < before - 0.2, (before, after)  # it forgot
     acc = final["compare"][SET]["accuracy"]["vs_baseline"]
-    assert acc["verdict"] == "worse" and acc["p_value"] < 0.05  # the accuracy verdict, in the history
+    assert acc["verdict"] == "worse" and acc["p_worse"] < 0.05  # the accuracy verdict, in the history
     # ...while generation agrees more: but this model also collapsed (one answer to most questions), so that is
     # "degenerate outputs", never "better" (docs/validity.md)
     assert final["compare"][SET]["generation"]["vs_baseline"]["verdict"] == "degenerate outputs"
     # In the Trainer log: the accuracy change beside the axes' (every number reaches the Trainer's metrics).
     metrics = cb.last_metrics
     assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline"] == pytest.approx(acc["mean_diff"])
-    assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline_p"] == pytest.approx(acc["p_value"])
+    assert metrics[f"eval_sago/{SET}/accuracy_vs_baseline_p"] == pytest.approx(acc["p_worse"])
     messages = [r.getMessage() for r in caplog.records]
     warning = [m for m in messages if f"accuracy on set '{SET}' fell significantly since the baseline" in m]
     assert len(warning) == 1 and "forgetting" in warning[0]
@@ -74,15 +74,17 @@ def test_forgetting_gives_an_accuracy_verdict_and_a_warning(tmp_path, caplog, ca
     assert scores[untrained]["accuracy"]["mean"] == pytest.approx(before)
     check = next(c for c in result["accuracy"]["checks"] if c["axis"] == "generation")
     assert (check["first"], check["other"], check["words"]) == (first, untrained, CONSISTENTLY_WRONG)
-    assert check["accuracy"]["p_worse"] == pytest.approx(acc["p_value"])  # the history's test, same numbers
+    assert check["accuracy"]["p_worse"] == pytest.approx(acc["p_worse"])  # the history's test, same numbers
     code, out, err = run_cli(["compare", f"{tmp_path}@0", f"{tmp_path}@40"], capsys)
     assert code == 0, err
     assert f"generation: {first} ranks first but is less accurate than {untrained}" in " ".join(out.split())
-    # report of the run: the change since the baseline says both, and warns.
+    # report of the run: the change since the baseline reads the history's own verdicts (the training log's:
+    # degenerate outputs, never "more stable"; before #31 it decided again from the numbers and said "consistently
+    # wrong?"), and warns that accuracy fell.
     code, out, err = run_cli(["report", str(tmp_path)], capsys)
     assert code == 0, err
     md = (tmp_path / "sago" / "report" / "report.md").read_text()
     since = md[md.index("### Change since the baseline"):md.index("## Per-group")]
     rows = {line.split(" | ")[2]: line for line in since.splitlines() if line.startswith(f"| {tmp_path.name} | {SET} |")}
-    assert rows["generation"].endswith(f"| {CONSISTENTLY_WRONG} |") and rows["accuracy"].endswith("| less accurate |")
+    assert rows["generation"].endswith(f"| {DEGENERATE_WORDS} |") and rows["accuracy"].endswith("| less accurate |")
     assert f"**Warning**: accuracy of `{tmp_path.name}` on set `{SET}` fell significantly since the baseline" in md

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sago_train.integrations.keys import evaluation_metrics, headline, key
-from sago_train.integrations.monitor import MonitorState
+from sago_train.results.monitor import MonitorState
 
 from .._helpers.forgetting import SET, forgetting_pair
 
@@ -22,9 +22,9 @@ def test_accuracy_quantities_are_logged_like_the_axes():
     assert metrics[key(SET, "accuracy_all")] == pytest.approx(s.correctness["all_right"])
     assert metrics[key(SET, "accuracy_worst_kind")] == pytest.approx(s.correctness["worst_variant_accuracy"])
     for q in ("generation", "accuracy", "accuracy_all", "accuracy_worst_kind"):
-        change = changes[SET][q]["vs_baseline"]
+        change = changes.to_dict()[SET][q]["vs_baseline"]
         assert metrics[key(SET, q, "_vs_baseline")] == change["mean_diff"]
-        assert metrics[key(SET, q, "_vs_baseline_p")] == change["p_value"]
+        assert metrics[key(SET, q, "_vs_baseline_p")] == change["p_worse"]
     kept = headline(metrics, after)
     assert key(SET, "accuracy") in kept and key(SET, "accuracy_all") not in kept
     assert not any(k.endswith("_vs_baseline") for k in kept)  # changes: log_level="full" (and W&B details)

@@ -12,16 +12,9 @@ import numpy as np
 import pytest
 
 from sago_train.functional import stats
-from sago_train.functional.wording import CONSISTENTLY_WRONG
-from sago_train.integrations.monitor import MonitorState
-from sago_train.integrations.reporters import (
-    DETAIL_COLUMNS,
-    accuracy_warnings,
-    change_lines,
-    detail_rows,
-    log_wandb_extras,
-    run_summary_lines,
-)
+from sago_train.integrations.reporters import DETAIL_COLUMNS, detail_rows, log_wandb_extras
+from sago_train.results.monitor import MonitorState
+from sago_train.results.wording import CONSISTENTLY_WRONG, accuracy_warnings, change_lines, run_summary_lines
 
 from .._helpers.forgetting import SET, evaluation, forgetting_pair
 
@@ -35,7 +28,7 @@ def _changes(before, after):
 def test_forgetting_reads_more_stable_but_less_accurate_with_a_warning():
     before, after = forgetting_pair()
     monitor, changes = _changes(before, after)
-    per_q = changes[SET]
+    per_q = changes.to_dict()[SET]
     assert per_q["accuracy"]["vs_baseline"]["verdict"] == stats.WORSE
     assert per_q["generation"]["vs_baseline"]["verdict"] == stats.BETTER
     # The recorded accuracy change is the paired change of the per-group accuracies (a plain reference).
@@ -64,7 +57,7 @@ def test_a_stable_accurate_model_gets_no_warning_and_plain_words():
     before = evaluation(0, 0.75, gen, seed=1)
     after = evaluation(40, 0.75, gen - rng.uniform(0.1, 0.2, 16), seed=1)  # the same answers, more stable
     monitor, changes = _changes(before, after)
-    assert changes[SET]["accuracy"]["vs_baseline"]["verdict"] == stats.NO_DIFFERENCE
+    assert changes.to_dict()[SET]["accuracy"]["vs_baseline"]["verdict"] == stats.NO_DIFFERENCE
     assert accuracy_warnings(after, changes, monitor.baseline) == []
     [line] = change_lines(after, changes, monitor.baseline)
     assert "generation" in line and "more stable (p" in line and CONSISTENTLY_WRONG not in line
@@ -77,9 +70,9 @@ def test_detail_rows_carry_every_quantity_with_its_verdicts():
     assert set(rows) == {"activation", "generation", "instability", "accuracy", "accuracy_all",
                          "accuracy_worst_kind"}
     for q, row in rows.items():
-        change = changes[SET][q]["vs_baseline"]
+        change = changes.to_dict()[SET][q]["vs_baseline"]
         assert (row["vs_baseline"], row["vs_baseline_p"], row["vs_baseline_verdict"]) == \
-            (change["mean_diff"], change["p_value"], change["verdict"])
+            (change["mean_diff"], change["p_worse"], change["verdict"])
         assert row["vs_best"] is None and row["vs_best_verdict"] is None  # step 0 is never the best
     assert rows["accuracy"]["mean"] == after.sets[SET].accuracy.mean
     assert rows["accuracy"]["vs_baseline_verdict"] == stats.WORSE
@@ -109,7 +102,7 @@ def test_wandb_details_table_and_summary_hold_the_accuracy_verdicts(monkeypatch)
     table = logged["eval/sago/details"]
     rows = {r[1]: dict(zip(table.columns, r)) for r in table.data}
     assert rows["accuracy"]["vs_baseline_verdict"] == stats.WORSE
-    assert rows["accuracy_worst_kind"]["vs_baseline_verdict"] == changes[SET]["accuracy_worst_kind"]["vs_baseline"][
+    assert rows["accuracy_worst_kind"]["vs_baseline_verdict"] == changes.to_dict()[SET]["accuracy_worst_kind"]["vs_baseline"][
         "verdict"]
     summary = run.summary["eval/sago/details"]
     assert summary[f"{SET}/accuracy_vs_baseline_verdict"] == stats.WORSE

@@ -150,6 +150,23 @@ def higher_is_better(name: str) -> bool:
     return axis.higher_is_better if axis is not None else name in HIGHER_IS_BETTER_EXTRA
 
 
+def display_order(names: Iterable[str]) -> list[str]:
+    """Axes (or quantities) in the order logs and tables show them: ``activation_rel`` before raw
+    ``activation`` (raw activation is squeezed by the shared direction of a model's hidden states, so it is the
+    one to read second), the others as given.
+
+    Example:
+        >>> display_order(["activation", "confidence", "activation_rel"])
+        ['activation_rel', 'activation', 'confidence']
+    """
+    names = list(names)
+    if "activation_rel" in names and "activation" in names:
+        rest = [a for a in names if a != "activation_rel"]
+        i = rest.index("activation")
+        return rest[:i] + ["activation_rel"] + rest[i:]
+    return names
+
+
 def get_axis(name: str) -> Axis:
     if name not in AXES:
         raise unknown_name_error("axis", name, AXES, key="axes")

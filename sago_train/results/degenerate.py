@@ -16,7 +16,7 @@ from typing import Any
 
 from ..functional.answer import answer_end, answer_span
 from ..functional.text import normalize
-from ..results.evaluation import Evaluation, GroupRecord, SetEvaluation
+from .evaluation import Evaluation, GroupRecord, SetEvaluation
 
 #: Stops of one variant (the evaluator's rule, docs/definitions.md#correctness).
 StopsOf = Callable[[Any], list[str]]

@@ -9,8 +9,10 @@ from scipy import stats as sps
 
 from sago_train.functional import stats
 from sago_train.functional.axes.registry import AXES, Axis, higher_is_better
-from sago_train.integrations.monitor import MonitorState, axis_verdict, is_improvement
+from sago_train.results.best import is_improvement
+from sago_train.results.compare import axis_verdict
 from sago_train.results.evaluation import Evaluation
+from sago_train.results.monitor import MonitorState
 
 
 def test_direction_comes_from_the_registry():
@@ -51,7 +53,7 @@ def test_best_follows_the_axis_direction(monkeypatch):
     assert monitor.best[("s", "activation")].step == 1
     assert monitor.best[("s", "agreement")].step == 2
     # The logged change against the best is a regression test in each axis' worse direction.
-    cmp = monitor.compare(ev(3, [0.2, 0.3], [0.4, 0.4]))
+    cmp = monitor.compare(ev(3, [0.2, 0.3], [0.4, 0.4])).to_dict()
     assert cmp["s"]["agreement"]["vs_best"]["step"] == 2 and cmp["s"]["agreement"]["vs_best"]["mean_diff"] < 0
 
 
@@ -66,17 +68,17 @@ def test_vs_baseline_and_vs_best_follow_the_one_rule():
 
     monitor = MonitorState(root=None)  # type: ignore[arg-type]
     monitor.observe(ev(0, case.before()))
-    entry = monitor.compare(ev(5, case.after()))["s"]["activation"]["vs_baseline"]
-    assert entry["p_value"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
-    assert entry["p_value"] < 0.05
+    entry = monitor.compare(ev(5, case.after())).to_dict()["s"]["activation"]["vs_baseline"]
+    assert entry["p_worse"] == pytest.approx(sps.wilcoxon(case.DIFF, alternative="greater").pvalue)
+    assert entry["p_worse"] < 0.05
     assert entry["ci_low"] < 0 < entry["ci_high"]
     assert entry["verdict"] == stats.NO_DIFFERENCE and entry["step"] == 0 and entry["n"] == case.N
     # A clear regression is "worse" by the same rule; with 4 groups it is "not enough groups".
-    entry = monitor.compare(ev(6, case.before() + 0.1))["s"]["activation"]["vs_baseline"]
+    entry = monitor.compare(ev(6, case.before() + 0.1)).to_dict()["s"]["activation"]["vs_baseline"]
     assert entry["verdict"] == stats.WORSE
     small = MonitorState(root=None)  # type: ignore[arg-type]
     small.observe(ev(0, case.before()[:4]))
-    assert small.compare(ev(1, case.before()[:4] + 0.1))["s"]["activation"]["vs_baseline"]["verdict"] == \
+    assert small.compare(ev(1, case.before()[:4] + 0.1)).to_dict()["s"]["activation"]["vs_baseline"]["verdict"] == \
         stats.NOT_ENOUGH
 
 
@@ -84,7 +86,7 @@ def _worst_kind_rates(reps: int, n: int = 20, n_kinds: int = 6) -> dict[str, flo
     """Share of "worse" verdicts on ``accuracy_worst_kind`` between two evaluations of the same model (equally
     hard kinds, every variant right with p = 0.6): by the monitor (the kind chosen on both), by the kind that is
     worst in the later evaluation alone, and at a kind fixed in advance."""
-    from sago_train.integrations.monitor import paired_change
+    from sago_train.results.compare import paired_change
 
     from .._helpers.forgetting import SET, evaluation
 

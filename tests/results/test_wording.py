@@ -1,4 +1,4 @@
-"""Every branch of the sentence builders (functional/wording.py) rendered and read: one sentence, the
+"""Every branch of the sentence builders (results/wording.py) rendered and read: one sentence, the
 comparative once, "collapse" only against a baseline (issue 33: "augment lower, but so is the between-group
 dispersion: a collapse, not stability than sft")."""
 
@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from sago_train.functional.stats import BETTER, NO_DIFFERENCE, NOT_ENOUGH, WORSE
-from sago_train.functional.wording import change_words, comparison_sentence, set_context
+from sago_train.results.wording import change_words, comparison_sentence, set_context
 
 QUANTITIES = ["activation", "activation_rel", "confidence", "generation", "instability", "accuracy",
               "accuracy_all", "accuracy_worst_kind", "between_dispersion"]

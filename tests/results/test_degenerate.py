@@ -1,4 +1,4 @@
-"""Generations cut at max_new_tokens or running on (eval/degenerate.py): counted per set, a note, and a
+"""Generations cut at max_new_tokens or running on (results/degenerate.py): counted per set, a note, and a
 warning when most of a set runs on; on a tiny model with patched generations."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from sago_train import SAGOEvaluator
 from sago_train.data import VariantSet
-from sago_train.eval.degenerate import hit_token_limit
 from sago_train.eval.extraction import Extractor
+from sago_train.results.degenerate import hit_token_limit
 
 from .._helpers.tiny import make_byte_tokenizer
 

@@ -2,14 +2,21 @@
 instability that fell is "more stable", an accuracy that rose "more accurate"; but a drop in raw ``activation``
 that comes with a drop in the between-group dispersion (unrelated prompts moved closer too) is a collapse, not
 stability, and a set that became "more stable" while its accuracy fell is said to be both (a model that is
-consistently wrong is perfectly stable)."""
+consistently wrong is perfectly stable). The training log's sentences of a comparison are said here too: one
+line per set against the baseline (:func:`change_lines`), the warning that accuracy fell
+(:func:`accuracy_warnings`) and the end-of-run summary (:func:`run_summary_lines`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from typing import Any
 
-from .axes.registry import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
-from .stats import BETTER, DEGENERATE, NO_DIFFERENCE, NOT_ENOUGH, WORSE
+from ..formatting import fmt_num, fmt_p
+from ..functional.axes.registry import ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND, BETWEEN
+from ..functional.stats import BETTER, DEGENERATE, NO_DIFFERENCE, NOT_ENOUGH, WORSE
+from .compare import Change, Comparison, line_quantities
+from .evaluation import Evaluation
 
 ACCURACY_QUANTITIES = frozenset({ACCURACY, ACCURACY_ALL, ACCURACY_WORST_KIND})
 COLLAPSE = "lower, but so is the between-group dispersion: a collapse, not stability"
@@ -102,3 +109,79 @@ def set_context(verdicts: Mapping[str, str | None], *, against_baseline: bool = 
     fell = verdicts.get(BETWEEN) == BETTER
     return {"collapse": fell and against_baseline, "between_fell": fell and not against_baseline,
             "less_accurate": verdicts.get(ACCURACY) == WORSE}
+
+
+# ---------------------------------------------------------------------------------------------- the training log
+def _move(q: str, change: Change, before: Evaluation, after: Evaluation, name: str) -> str:
+    """``q <before mean> -> <after mean>``; ``accuracy_worst_kind`` names the kind compared and gives its
+    accuracy in each (each evaluation's own worst kind may differ)."""
+    kind = change.kind if q == ACCURACY_WORST_KIND else None
+    if kind is None:
+        return f"{q} {fmt_num(before.mean(name, q))} -> {fmt_num(after.mean(name, q))}"
+    then, now = ((e.sets[name].correctness.get("per_kind") or {}).get(kind) for e in (before, after))
+    return f"{q} ({kind}) {fmt_num(then)} -> {fmt_num(now)}"
+
+
+def change_lines(ev: Evaluation, changes: Comparison, baseline: Evaluation | None) -> list[str]:
+    """One line per set: each quantity's baseline and current means with the paired verdict against the
+    baseline; the significant ones first, the rest summarized ("no significant change: ...")."""
+    if baseline is None or baseline.step == ev.step:
+        return []
+    out = []
+    for name, s in ev.sets.items():
+        context = set_context(changes.verdicts(name))
+        said, quiet = [], []
+        for q in line_quantities(s):
+            change = changes.get(name, q)
+            if change is None:
+                continue
+            move = _move(q, change, baseline, ev, name)
+            if change.significant:
+                said.append(f"{move} {change_words(q, change.verdict, **context)} (p {fmt_p(change.p)})")
+            else:
+                quiet.append(move)
+        if not said and not quiet:
+            continue
+        parts = said + ([f"no significant change: {', '.join(quiet)}"] if quiet else [])
+        out.append(f"sago step {ev.step}, set '{name}' vs the baseline (step {baseline.step}): " + "; ".join(parts))
+    return out
+
+
+def accuracy_warnings(ev: Evaluation, changes: Comparison, baseline: Evaluation | None) -> list[str]:
+    """A warning per set whose accuracy fell significantly since the baseline: stability measured on a model
+    that forgot its task reads as better (a model that is consistently wrong is perfectly stable)."""
+    out = []
+    for name in changes.changes:
+        change = changes.get(name, ACCURACY)
+        if change is None or change.verdict != WORSE or baseline is None:
+            continue
+        out.append(f"sago step {ev.step}: accuracy on set '{name}' fell significantly since the baseline "
+                   f"({fmt_num(baseline.mean(name, ACCURACY))} -> {fmt_num(ev.mean(name, ACCURACY))}, p "
+                   f"{fmt_p(change.p_worse)}, {change.n} groups): {READ_BESIDE}")
+    return out
+
+
+def run_summary_lines(monitor: Any, changes: Comparison) -> list[str]:
+    """The end of training, per set and quantity: baseline -> best -> final (with their steps) and the final
+    evaluation's verdict against the baseline; ``monitor`` a :class:`~sago_train.results.monitor.MonitorState`
+    (its baseline, last and best)."""
+    base, last = monitor.baseline, monitor.last
+    if base is None or last is None or last.step == base.step:
+        return []
+    out = [f"sago: summary of the run, steps {base.step} -> {last.step} (best = the best evaluation per quantity; "
+           "verdict = the final evaluation against the baseline, paired by group)"]
+    for name, s in last.sets.items():
+        context = set_context(changes.verdicts(name))
+        rows = []
+        for q in line_quantities(s):
+            final = last.mean(name, q)
+            if not math.isfinite(final):
+                continue
+            best = monitor.best.get(name, q)
+            change = changes.get(name, q)
+            verdict = change_words(q, change.verdict, **context) if change else "not compared"
+            best_text = f" -> best {fmt_num(best.mean)} (step {best.step})" if best is not None else ""
+            rows.append(f"{q} {fmt_num(base.mean(name, q))}{best_text} -> final {fmt_num(final)}: {verdict}")
+        if rows:
+            out.append(f"  set '{name}': " + "; ".join(rows))
+    return out

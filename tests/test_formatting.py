@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from sago_train.analysis.display import constant_axes, print_result, set_table
-from sago_train.functional.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
+from sago_train.formatting import constant_line, constant_value, fmt_ci, fmt_num, fmt_p, p_text
 from sago_train.functional.stats import Summary
 from sago_train.results.evaluation import Evaluation, GroupRecord, SetEvaluation
 
@@ -73,7 +73,7 @@ def test_user_text_is_never_markup_and_never_acts_on_the_terminal():
     or retitled the terminal."""
     import io
 
-    from sago_train.functional.formatting import printable, user_text
+    from sago_train.formatting import printable, user_text
 
     hostile = "kind [/bold] m[/x] \x1b[2J\x1b]0;title\x07 \u202eevil \\"
     buf = io.StringIO()

@@ -1,0 +1,97 @@
+"""The one room for comparison (issue #31): a typed Change and Comparison that read a history written before
+they existed (``tests/fixtures/history_a37d3cf``, written by commit a37d3cf with
+``tests/fixtures/make_history_a37d3cf.py``) unchanged, and the one list of what may be watched."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sago_train.analysis.report import _since_baseline
+from sago_train.functional import stats
+from sago_train.results.compare import (
+    Change,
+    Comparison,
+    watchable,
+    watchable_in,
+)
+from sago_train.results.monitor import MonitorState
+from sago_train.results.store import Run
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "history_a37d3cf"
+
+
+def _old_form(block: dict) -> dict:
+    """A ``compare`` block in a37d3cf's form: ``p_worse`` was called ``p_value``."""
+    return {s: {q: {label: {("p_value" if k == "p_worse" else k): v for k, v in c.items()} for label, c in e.items()}
+                for q, e in per_q.items()} for s, per_q in block.items()}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Run:
+    root = tmp_path_factory.mktemp("old") / "history_a37d3cf"
+    shutil.copytree(FIXTURE, root)  # a reader must not need to write, but a copy keeps the fixture untouched
+    return Run.read(root.parent, root, root.name)
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict:
+    return json.loads((FIXTURE / "expected.json").read_text())
+
+
+def test_the_old_history_reads_back_with_the_same_values_and_verdicts(run):
+    assert [int(h["step"]) for h in run.history] == [0, 2, 4, 6]
+    seen = 0
+    for line in run.history:
+        block = line.get("compare") or {}
+        comparison = Comparison.from_dict(block, line["step"])
+        for s, per_q in block.items():
+            for q, entry in per_q.items():
+                for label, old in entry.items():
+                    change = comparison.get(s, q, label)
+                    assert "p_value" in old and "p_worse" not in old  # written by a37d3cf
+                    assert change.p_worse == old["p_value"]  # p_value read as p of "worse"
+                    assert change.verdict == old["verdict"] and change.n == old["n"]
+                    assert change.reference_step == old["step"]
+                    assert (change.mean_diff, change.ci_low, change.ci_high, change.p_better) == \
+                        tuple(math.nan if old.get(k) is None else old[k] for k in
+                              ("mean_diff", "ci_low", "ci_high", "p_better"))
+                    assert change.kind == old.get("kind")
+                    seen += 1
+        assert _old_form(comparison.to_dict()) == block  # nothing lost but the key's name
+    assert seen > 20 and any(c.verdict == stats.WORSE for _, c in Comparison.from_dict(run.history[-1]["compare"]))
+
+
+def test_the_report_reads_the_old_history_as_before(run, expected):
+    rows, warnings = _since_baseline(run)
+    assert [list(r) for r in rows] == expected["since_baseline"] and warnings == expected["warnings"]
+
+
+def test_a_monitor_recomputes_the_old_changes_and_best(run, expected):
+    replay = MonitorState(FIXTURE)  # compare and observe do no I/O
+    for line in run.history:
+        ev = run.evaluation(int(line["step"]))
+        assert _old_form(replay.compare(ev, seed=0).to_dict()) == expected["recomputed"][str(line["step"])]
+        replay.observe(ev)
+    assert {f"{s}/{q}": e.step for (s, q), e in replay.best.entries.items()} == expected["best"]
+
+
+def test_a_change_says_its_side_and_reads_its_old_name():
+    c = Change.from_dict({"mean_diff": -0.2, "ci_low": -0.3, "ci_high": -0.1, "p_value": 0.001, "p_better": 0.9,
+                          "n": 12, "step": 0}, "accuracy", "s")
+    assert c.verdict == stats.WORSE and c.p == c.p_worse == 0.001 and c.worse_by == pytest.approx(0.2)
+    assert c.to_dict()["p_worse"] == 0.001 and "p_value" not in c.to_dict()
+    better = Change.from_dict({"mean_diff": -0.2, "ci_low": -0.3, "ci_high": -0.1, "p_worse": 0.999,
+                               "p_better": 0.001, "n": 12}, "activation", "s")
+    assert better.verdict == stats.BETTER and better.p == 0.001 and better.worse_by == pytest.approx(-0.2)
+
+
+def test_one_answer_to_what_early_stopping_may_watch(run):
+    assert watchable(["confidence"]) == ["confidence", "instability", "accuracy"]
+    assert watchable(["confidence"], correctness=False) == ["confidence", "instability"]
+    s = run.evaluation(6).sets["num"]
+    assert watchable_in(s) == [*s.axes, "instability", "accuracy"]
