@@ -36,6 +36,9 @@ class MonitorState:
     baseline: Evaluation | None = None
     best: Best = field(default_factory=Best)
     last: Evaluation | None = None
+    # The baseline's sets whose outputs ignored the question already: nothing collapsed there, so their verdicts
+    # stay as they are (early stopping and report leave them out alike).
+    baseline_degenerate: set[str] = field(default_factory=set)
     skipped_lines: int = 0  # corrupt history lines skipped at the last load
     _lock: Path | None = None
 
@@ -78,6 +81,7 @@ class MonitorState:
         duplicated). A corrupt history line is logged (file and line) and skipped, and counted in
         ``skipped_lines``; the rewritten history drops it (see :mod:`~sago_train.results.store`)."""
         self.history, self.baseline, self.best, self.last, self.skipped_lines = [], None, Best(), None, 0
+        self.baseline_degenerate = set()
         if resume_step is None or not self.history_path.exists():
             return
         run = store.Run.read(self.root.parent, self.root, self.root.name, allow_empty=True)
@@ -109,25 +113,23 @@ class MonitorState:
     def compare(self, ev: Evaluation, seed: int = 0) -> Comparison:
         """The paired changes of ``ev`` against the baseline and the best evaluation so far, per set and quantity
         (for an instability ``mean_diff > 0`` means *less* stable). On a set whose outputs no longer depend on the
-        question, a "better" stability verdict is ``degenerate outputs`` (also on a set whose outputs ignored it at
-        the baseline already: see :meth:`observe`)."""
+        question, a "better" stability verdict is ``degenerate outputs`` (not on a set whose outputs ignored it at
+        the baseline already)."""
         references = {VS_BASELINE: self.baseline, VS_BEST: self.best.evaluation}
-        return compare(ev, references, degenerate=degenerate_sets(ev), seed=seed)
+        return compare(ev, references, degenerate=degenerate_sets(ev, self.baseline_degenerate), seed=seed)
 
     def observe(self, ev: Evaluation) -> None:
         """Update the baseline (the first evaluation), the last one and the per-(set, quantity) best (never the
         untrained step 0, nor a set whose outputs no longer depend on the question). Group records are kept
         without their variants and outputs."""
-        # Every degenerate set counts, also one whose outputs ignored the question at the baseline already (early
-        # stopping and report leave those out): up to a37d3cf the baseline's degenerate sets were kept and emptied
-        # in the same statement (an aliased ``-=``), and a recomputed history stays as it was written
-        # (tests/results/test_compare.py).
         degenerate = degenerate_sets(ev)
         ev = ev.slim()
         if self.baseline is None:
-            self.baseline = ev
+            # A copy: up to a37d3cf the same set object was also emptied below (an aliased ``-=``), so the
+            # baseline's degenerate sets were never left out here, unlike in early stopping and report.
+            self.baseline, self.baseline_degenerate = ev, set(degenerate)
         self.last = ev
-        self.best.observe(ev, skip=degenerate)
+        self.best.observe(ev, skip=degenerate - self.baseline_degenerate)
 
     def record(self, ev: Evaluation, line: dict[str, Any]) -> None:
         """Write an evaluation: its group records first (a history line never points at records that are not

@@ -72,12 +72,28 @@ def test_the_report_reads_the_old_history_as_before(run, expected):
 
 
 def test_a_monitor_recomputes_the_old_changes_and_best(run, expected):
+    """The same changes against the baseline as a37d3cf's monitor, with one fix. a37d3cf emptied its record of the
+    baseline's degenerate sets by aliasing (an ``-=`` on the same set object), so a set whose outputs ignored the
+    question from the baseline on never had a best (and a "better" verdict there would read ``degenerate
+    outputs``). The fixture's one set is such a set. It now keeps the rule's verdicts and its best, as early
+    stopping and report already did: the changes against the baseline are a37d3cf's, and the changes against the
+    best are new."""
+    from sago_train.results.best import Best
+
     replay = MonitorState(FIXTURE)  # compare and observe do no I/O
+    best = Best()
     for line in run.history:
         ev = run.evaluation(int(line["step"]))
-        assert _old_form(replay.compare(ev, seed=0).to_dict()) == expected["recomputed"][str(line["step"])]
+        got = _old_form(replay.compare(ev, seed=0).to_dict())
+        want = expected["recomputed"][str(line["step"])]
+        assert {s: {q: e.get("vs_baseline") for q, e in per_q.items()} for s, per_q in got.items()} == \
+            {s: {q: e.get("vs_baseline") for q, e in per_q.items()} for s, per_q in want.items()}
+        assert not any(c.get("verdict") == stats.DEGENERATE for per_q in got.values() for e in per_q.values()
+                       for c in e.values())
         replay.observe(ev)
-    assert {f"{s}/{q}": e.step for (s, q), e in replay.best.entries.items()} == expected["best"]
+        best.observe(ev.slim(), skip=set())
+    assert replay.baseline_degenerate == {"num"} and expected["best"] == {}
+    assert {k: e.step for k, e in replay.best.entries.items()} == {k: e.step for k, e in best.entries.items()} != {}
 
 
 def test_a_change_says_its_side_and_reads_its_old_name():
