@@ -256,7 +256,7 @@ def test_early_stopping_examples(caplog):
         planned._check_listeners(TrainingArguments("unused", report_to=[]), TrainerState(max_steps=2000))
     assert [w.looks for w in fixed.watchers] == [15, 15]  # 20 evaluations after the baseline, patience 3
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith(
-        "sago early stopping: sago/paraphrase/confidence"))
+        "sago early stopping: sago/paraphrase/accuracy"))
     assert block("docs/early-stopping.md", "sago early stopping: sago/", "text").strip() == line
     ns = run_block("docs/early-stopping.md", "stop.plan(64", {})
     assert ns["stop"].looks == 15
@@ -367,8 +367,8 @@ def test_trl_command_and_yaml_parse(tmp_path, monkeypatch):
         assert sago_args.sago_config().max_groups == 64
         assert list(sago_args.variant_sets()) == ["paraphrase", "typo"]
     # The command line watches stability and accuracy with one stopper (issue 33); the YAML one metric.
-    assert parsed[0][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/confidence,sago/paraphrase/accuracy"
-    assert parsed[1][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/confidence"
+    assert parsed[0][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/accuracy,sago/paraphrase/generation"
+    assert parsed[1][3].early_stopping_kwargs()["metric"] == "sago/paraphrase/accuracy"
     assert parsed[0][3].sago_eval_steps == 100 and parsed[0][3].sago_config().axes == SAGOConfig().axes
     assert parsed[1][3].sago_config().axes == ["confidence", "generation"]
 

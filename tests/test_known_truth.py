@@ -109,8 +109,8 @@ def test_no_default_axis_reads_the_successful_finetune_as_less_stable(base_and_f
             assert changes.get(name, axis).verdict == stats.BETTER, (name, axis)
 
 
-@pytest.mark.parametrize("metric", ["sago/paraphrase/confidence", "sago/typo/confidence",
-                                    "sago/format/generation"])
+@pytest.mark.parametrize("metric", ["sago/paraphrase/accuracy", "sago/paraphrase/generation",
+                                    "sago/typo/confidence", "sago/format/generation"])
 def test_early_stopping_on_a_recommended_metric_lets_the_finetune_go_on(base_and_finetune, metric):
     base, finetune = base_and_finetune
     cb = SAGOEarlyStoppingCallback(metric, patience=1, exclude_baseline=False)

@@ -160,7 +160,7 @@ class _SAGOArgumentsMethods:
         options = self._group("early_stopping")
         if not options["metric"]:
             raise SagoInputError("early stopping needs the metric to watch", key="--sago_early_stopping_metric",
-                                 hint="e.g. --sago_early_stopping_metric sago/paraphrase/confidence")
+                                 hint="e.g. --sago_early_stopping_metric sago/paraphrase/accuracy")
         from .early_stopping import SAGOEarlyStoppingCallback
 
         with _errors_name_flags(flag_names()["early_stopping"]):
