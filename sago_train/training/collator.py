@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..data.groups import Variant, VariantGroup
-from ..errors import SagoInputError
+from ..errors import SagoInputError, short_repr
 from ..model.tokenize import PromptRenderer, pad_id_of
 
 # The per-row tensors the collator adds beside ``input_ids``/``attention_mask``/``labels``. The trainers
@@ -299,6 +299,16 @@ class PendingGroups:
         if len(answers) != len(missing):
             raise SagoInputError(f"expected {len(missing)} answers for the unlabeled groups, got {len(answers)}")
         filled = dict(zip(missing, answers))
+        blank = {self.collator.eos_id, self.collator.pad_id}
+        for i, answer in filled.items():
+            if not any(t not in blank for t in answer):
+                group = self.groups[i][0]
+                raise SagoInputError(
+                    f"the teacher's greedy answer to unlabeled training item {short_repr(group.id, 60)} (canonical "
+                    f"prompt {short_repr(group.variants[group.canonical], 80)}) is empty: it ended at once, so the "
+                    "item has no target to train its variants toward",
+                    hint="give the item a target, drop it from the training file, or check that its prompt renders "
+                         "as the model expects (chat template, a prompt that invites an answer)")
         groups = [(g, filled[i] if t is None else t) for i, (g, t) in enumerate(self.groups)]
         return self.collator.collate_encoded(groups, [t is None for _, t in self.groups])
 

@@ -8,7 +8,9 @@ of :class:`~sago_train.training.loss.StabilityLoss` capture what the terms need 
 ``lambda_act * L_act + lambda_conf * L_conf`` is added. The terms are logged separately as
 ``sago_task_loss``, ``sago_act_loss``, ``sago_conf_loss`` (averaged over the logging window the same way
 as the Trainer's ``loss``), beside the effective weights ``sago_act_weight`` / ``sago_conf_weight`` that were
-applied to those losses (averaged over the window the same way; with ``logging_steps=1``, the step's weight).
+applied to those losses (averaged over the window the same way; with ``logging_steps=1``, the step's weight)
+and, in a mode that trains on prompts without targets (``consistency``), ``sago_unlabeled_share``: the share of
+the groups that had none, answered by the teacher.
 
 Training data: a dataset of variant groups (one item = one group), batched by
 :class:`~sago_train.training.collator.VariantGroupCollator` (the default when no collator is given). Because items
@@ -207,6 +209,8 @@ class StabilityTrainerMixin:
         pending = inputs.pop(PENDING_KEY, None) if isinstance(inputs, dict) else None
         if isinstance(inputs, dict) and DRAWN_KEY in inputs:
             self._sago_drawer.consume(inputs.pop(DRAWN_KEY))
+        # The share of this micro-batch's groups that had no target (logged as sago_unlabeled_share).
+        unlabeled = 0.0 if pending is None else len(pending.missing) / max(len(pending.groups), 1)
         if pending is not None:
             inputs = self._sago_answer_unlabeled(model, pending)
         model_inputs, groups = split_batch(inputs)
@@ -261,7 +265,8 @@ class StabilityTrainerMixin:
         # accumulated batch, the Trainer does not divide by the accumulation steps, so they are divided here;
         # DDP then averages the gradients over processes, which averages the terms over all groups.
         loss = task_loss if extra is None else task_loss + (extra / ga if scaled else extra).to(task_loss.dtype)
-        self._sago_record(training, task_loss, terms.act, terms.conf, ga, scaled, (act_weight, conf_weight))
+        self._sago_record(training, task_loss, terms.act, terms.conf, ga, scaled, (act_weight, conf_weight),
+                          unlabeled)
         return (loss, outputs) if return_outputs else loss
 
     def _sago_answer_unlabeled(self, model: nn.Module, pending: Any) -> dict[str, Any]:
@@ -287,6 +292,7 @@ class StabilityTrainerMixin:
         ga: int,
         scaled: bool,
         weights: tuple[float, float],
+        unlabeled: float = 0.0,
     ) -> None:
         values = {"sago_task_loss": task, "sago_act_loss": act, "sago_conf_loss": conf}
         if not training:
@@ -308,6 +314,8 @@ class StabilityTrainerMixin:
                                 ("sago_conf_weight", weights[1], cfg.conf_weight > 0)):
             if on:
                 shares[key] = (torch.tensor(float(weight), device=task.device), ga)
+        if cfg.stability_mode.unlabeled:  # a mode that trains on prompts without targets: how many there were
+            shares["sago_unlabeled_share"] = (torch.tensor(float(unlabeled), device=task.device), ga)
         sums = self._sago_train_sums
         for key, (value, div) in shares.items():
             if value is not None:

@@ -290,6 +290,11 @@ def test_unlabeled_item_gets_the_teachers_greedy_tokens_and_no_labels(tmp_path, 
         assert int(full["target_length"][r]) == len(expected)
         assert (full["labels"][r] == -100).all()
     assert (full["labels"][full["group_index"] == 0] != -100).any()  # the labeled group keeps its labels
+    # A teacher answer that ends at once leaves the item nothing to train toward: said, naming the item.
+    pending = trainer.data_collator([items[0], unlabeled]).pop(PENDING_KEY)
+    for blank in ([tok.eos_token_id], [trainer.data_collator.pad_id]):
+        with pytest.raises(SagoInputError, match=f"unlabeled training item '{unlabeled['id']}'.*is empty"):
+            pending.complete([blank])
     # Unlabeled prompts alone with both weights 0 have nothing to train on: said, not a NaN loss.
     idle, _ = _train(tmp_path, tok, train=False, config=StabilityConfig(mode="consistency", act_weight=0.0,
                                                                           conf_weight=0.0))
@@ -333,6 +338,7 @@ def test_fresh_perturbation_augmentation_without_the_terms(tmp_path, tok):
     config = StabilityConfig(act_weight=0.0, conf_weight=0.0, fresh_variants=2, fixed_variants=False)
     trainer, logs = _train(tmp_path, tok, config=config, max_steps=2)
     assert len(logs) == 2 and all(torch.isfinite(torch.tensor(log["loss"])) for log in logs)
+    assert not any("sago_unlabeled_share" in log for log in logs)  # a mode that needs every target
     batch = trainer.data_collator(tiny_groups(2))
     assert batch["input_ids"].shape[0] == 2 * 3 and ((batch["labels"] != -100).sum(1) == batch["target_length"]).all()
 
@@ -356,3 +362,6 @@ def test_sft_trainer_with_the_consistency_mode_and_unlabeled_prompts(tmp_path, t
     # The unlabeled prompt's step has no task loss, the consistency term only; the labeled one has both.
     unlabeled = [log for log in logs if log["sago_task_loss"] == 0.0]
     assert len(unlabeled) == 1 and unlabeled[0]["loss"] == pytest.approx(unlabeled[0]["sago_conf_loss"], rel=1e-5)
+    # The share of the step's groups without a target: 1 on that step, 0 on the labeled one.
+    assert unlabeled[0]["sago_unlabeled_share"] == 1.0
+    assert [log["sago_unlabeled_share"] for log in logs if log["sago_task_loss"] != 0.0] == [0.0]
