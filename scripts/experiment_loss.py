@@ -262,18 +262,24 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]
     return 0
 
 
-def publish(out: Path, dest: Path) -> None:
-    """Copy what the summary is computed from (records gzipped: a few hundred kB) and the summary itself."""
+def publish(out: Path, dest: Path, *, names: tuple[str, ...] = ("summary.md", "summary.json", "timings.jsonl"),
+            fields: tuple[str, ...] | None = None) -> None:
+    """Copy what the summary is computed from (records gzipped: a few hundred kB) and the summary files ``names``;
+    with ``fields``, each record keeps only those keys (scripts/validity.py publishes a slimmer copy)."""
     import gzip
 
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("summary.md", "summary.json", "timings.jsonl"):
+    for name in names:
         if (out / name).exists():
             shutil.copyfile(out / name, dest / name)
     # mtime=0: the same records give the same bytes, so a re-publish does not show as a change.
     records = out / "records.jsonl"
     if records.exists():
-        (dest / "records.jsonl.gz").write_bytes(gzip.compress(records.read_bytes(), mtime=0))
+        data = records.read_bytes()
+        if fields is not None:
+            rows = (json.loads(line) for line in data.decode().splitlines() if line.strip())
+            data = "".join(json.dumps({k: r[k] for k in fields}, separators=(",", ":")) + "\n" for r in rows).encode()
+        (dest / "records.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
     elif (out / "records.jsonl.gz").exists() and (out / "records.jsonl.gz").resolve() != (dest / "records.jsonl.gz").resolve():
         shutil.copyfile(out / "records.jsonl.gz", dest / "records.jsonl.gz")  # summarized from the committed copy
 

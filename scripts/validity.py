@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from sago_train.functional.axes.registry import higher_is_better
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -138,8 +140,6 @@ def _demeaned(values: np.ndarray, units: list[tuple[str, int]]) -> np.ndarray:
 def statistic(name: str, pts: Sequence[Point], axis: str) -> float:
     """One of :data:`STATISTICS` for ``axis`` over one rotation's points, oriented (positive: more stable where the
     held-out kind is answered better)."""
-    from sago_train.functional.axes.registry import higher_is_better
-
     sign = 1.0 if axis == ACCURACY or higher_is_better(axis) else -1.0
     if name in ("across_runs", "beyond_accuracy"):
         last: dict[tuple[str, int], Point] = {}
@@ -290,20 +290,11 @@ PUBLISHED = ("arm", "seed", "run", "rotation", "set", "step", "id", "kinds", "co
 
 def publish(out: Path, dest: Path) -> None:
     """The validity summary, the loss experiment's summary of the same runs, the timings and the records'
-    :data:`PUBLISHED` fields (gzipped; the same records give the same
-    bytes) under ``dest``."""
-    import gzip
-    import shutil
+    :data:`PUBLISHED` fields (gzipped; the same records give the same bytes) under ``dest``."""
+    import experiment_loss
 
-    from experiment_loss_summary import read_jsonl
-
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("validity.md", "validity.json", "summary.md", "summary.json", "timings.jsonl"):
-        if (out / name).exists():
-            shutil.copyfile(out / name, dest / name)
-    rows = [{k: r[k] for k in PUBLISHED} for r in read_jsonl(out / "records.jsonl")]
-    text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
-    (dest / "records.jsonl.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
+    experiment_loss.publish(out, dest, fields=PUBLISHED, names=("validity.md", "validity.json", "summary.md",
+                                                                 "summary.json", "timings.jsonl"))
 
 
 def main(argv: list[str] | None = None) -> int:
