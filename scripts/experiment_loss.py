@@ -291,25 +291,27 @@ def _keyed_lines(path: Path) -> list[tuple[tuple[str, int, str], str]]:
             for r in [json.loads(line)]]
 
 
-def run_shards(args: argparse.Namespace, out: Path) -> int:
-    """Run the experiment in ``args.shards`` processes (``--shard i/N`` each, one thread unless OMP_NUM_THREADS
-    says otherwise, output under ``out/shard-i``), then merge their records and timings into ``out``: the runs
-    ``out`` already had, then the shards' new ones, each (arm, seed, run) once."""
+def run_shards(args: argparse.Namespace, out: Path, *, script: str = __file__, common: list[str] | None = None,
+               extra: tuple[str, ...] = ("records.jsonl", "timings.jsonl")) -> int:
+    """Run ``script`` (this experiment, or another with the same ``--shard``/``--out`` flags and ``common``, its
+    settings) in ``args.shards`` processes (``--shard i/N`` each, one thread unless OMP_NUM_THREADS says
+    otherwise, output under ``out/shard-i``), then merge the files ``extra`` into ``out``: the runs ``out``
+    already had, then the shards' new ones, each (arm, seed, run) once."""
     import subprocess
 
-    common = shard_args(args, out)
+    common = shard_args(args, out) if common is None else common
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     procs = []
     for i in range(args.shards):
         log = (out / f"shard-{i}.log").open("a")
-        procs.append((subprocess.Popen([sys.executable, __file__, *common, "--shard", f"{i}/{args.shards}",
+        procs.append((subprocess.Popen([sys.executable, script, *common, "--shard", f"{i}/{args.shards}",
                                         "--out", str(out / f"shard-{i}")], env=env, stdout=log,
                                        stderr=subprocess.STDOUT), log))
         print(f"shard {i}/{args.shards}: pid {procs[-1][0].pid}, log {out / f'shard-{i}.log'}", flush=True)
     codes = [proc.wait() for proc, _ in procs]
     for _, log in procs:
         log.close()
-    merge_shards(out, args.shards)
+    merge_shards(out, args.shards, extra)
     failed = [i for i, code in enumerate(codes) if code]
     if failed:
         print(f"shard(s) {failed} failed (see their logs); the finished runs are merged, a rerun resumes", flush=True)
@@ -317,11 +319,11 @@ def run_shards(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-def merge_shards(out: Path, shards: int) -> None:
-    """Append the shards' runs to ``out``'s records and timings (the runs ``out`` has first; each (arm, seed, run)
+def merge_shards(out: Path, shards: int, names: tuple[str, ...] = ("records.jsonl", "timings.jsonl")) -> None:
+    """Append the shards' runs to ``out``'s files ``names`` (the runs ``out`` has first; each (arm, seed, run)
     once, whichever shard recorded it), then empty the shards' files: ``out`` is the one record of what ran, so a
     run deleted from it runs again."""
-    for name in ("records.jsonl", "timings.jsonl"):
+    for name in names:
         lines = _keyed_lines(out / name)
         have = {key for key, _ in lines}
         for i in range(shards):
@@ -332,7 +334,7 @@ def merge_shards(out: Path, shards: int) -> None:
         tmp.write_text("".join(line + "\n" for _, line in lines))
         tmp.replace(out / name)  # all or nothing: an interrupted merge leaves the old file
     for i in range(shards):
-        for name in ("records.jsonl", "timings.jsonl"):
+        for name in names:
             (out / f"shard-{i}" / name).unlink(missing_ok=True)
 
 

@@ -1,0 +1,236 @@
+"""The pool experiment behind `make experiment-loss` (docs/loss-experiment.md#the-pool-experiment): does a
+consistency term on an **unlabeled pool** of the task's prompts, where augmentation cannot act, beat augmentation
+of the labeled set?
+
+    python scripts/experiment_pool.py [--seeds 0,...,19] [--arms a,b,...] [--shards 2]
+                                      [--out runs/experiment-pool/tiny] [--summary-only] [--publish DIR]
+
+The tiny model learns an answer format it lacks (``" Paris, indeed."``, scripts/experiment_pool_sets.py) from 16
+labeled facts; the prompts of 48 more facts are the unlabeled pool; 40 facts are held out. Every arm trains
+``recipes/experiment-pool-tiny.yaml`` with the same labeled data, steps, LoRA config and per-seed initialization
+and data order, and differs only in its stability section (and, for the arms that read the pool, in the training
+file and a batch 4x as large, so that each step still has 8 labeled items on average: UDA's 3 unlabeled per
+labeled). SAGO evaluates the held-out and the training facts at the last step; per-group records (every axis,
+correctness and log-probabilities per variant) go to ``<out>/records.jsonl``, the training log (task and term
+losses, the unlabeled share, per logging step) to ``<out>/losses.jsonl``. A finished (arm, seed) is skipped on a
+rerun. The summary (scripts/experiment_pool_summary.py) is computed from the records alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiment_loss import _commit, done_runs, publish, run_shards, trim_records, write_recipe  # noqa: E402
+from experiment_pool_sets import FRESH_KINDS  # noqa: E402
+
+RECIPE = ROOT / "recipes" / "experiment-pool-tiny.yaml"
+BASELINE = "augment"
+SEEDS = ",".join(map(str, range(20)))
+#: The evaluated sets: held-out facts (``instances``: the trained kinds; ``kinds``: kinds never trained) and the
+#: training facts themselves (``labeled``, ``pool``).
+EVAL_SETS = ("instances", "kinds", "labeled", "pool")
+#: Fixed before any arm ran (docs/loss-experiment.md#the-pool-experiment): an EMA teacher with a 10-step
+#: horizon (the frozen start lacks the format; 60 steps), KL only where the teacher's top token has p >= 0.5, the
+#: term's weight relative to the task loss (1 = as large as it).
+TEACHER = ["--stability.mode=consistency", "--stability.teacher=ema", "--stability.ema_decay=0.9",
+           "--stability.confidence_threshold=0.5", "--stability.divergence=kl", "--stability.weight_scale=relative",
+           "--stability.act_weight=0.0"]
+DOSES = (0.3, 1.0, 3.0, 10.0)
+MAIN_WEIGHT = 1.0
+_FRESH = [f"--stability.fresh_variants={len(FRESH_KINDS)}", f"--stability.fresh_kinds=[{','.join(FRESH_KINDS)}]"]
+_OFF = ["--stability.act_weight=0.0", "--stability.conf_weight=0.0"]
+
+
+def _dose(w: float) -> str:
+    return f"{w:g}"
+
+
+def arms() -> dict[str, tuple[str, list[str]]]:
+    """``{arm: (training file, overrides)}``; ``labeled`` trains the 16 labeled groups, ``mixed`` them and the
+    unlabeled pool (batch 32)."""
+    pool = ["--training.per_device_train_batch_size=32"]
+    table: dict[str, tuple[str, list[str]]] = {
+        "canonical": ("labeled", ["--stability.task_loss_variants=canonical", *_OFF, *_FRESH]),
+        BASELINE: ("labeled", ["--stability.task_loss_variants=all", *_OFF, *_FRESH]),
+        # The positive control: the task loss sees the canonical phrasing only, the term is the one signal that
+        # reaches the other phrasings (compare with `canonical`).
+        "control-kl": ("labeled", ["--stability.task_loss_variants=canonical", *_FRESH, *TEACHER,
+                                   f"--stability.conf_weight={MAIN_WEIGHT}"]),
+        # BCT: cross-entropy on the teacher's own greedy answer to the clean prompt, on every phrasing.
+        "pool-bct": ("mixed", ["--stability.task_loss_variants=all", *_FRESH, *TEACHER, *pool,
+                               "--stability.conf_weight=0.0", "--stability.unlabeled_task_loss=true"]),
+    }
+    for w in DOSES:
+        table[f"pool-kl-{_dose(w)}"] = ("mixed", ["--stability.task_loss_variants=all", *_FRESH, *TEACHER, *pool,
+                                                  f"--stability.conf_weight={w:g}"])
+    return table
+
+
+ARMS = tuple(arms())
+
+
+def build_sets(out: Path, data_seed: int, draws: int) -> dict[str, Path]:
+    """The experiment's files under ``out/sets`` (deterministic), plus ``train-mixed`` (labeled + pool)."""
+    from experiment_pool_sets import write
+
+    paths = write(out / "sets", data_seed, draws)
+    mixed = out / "sets" / "train-mixed.jsonl"
+    mixed.write_text(paths["train-labeled"].read_text() + paths["train-pool"].read_text())
+    return {**paths, "train-mixed": mixed}
+
+
+def training_log(run_dir: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's logged losses per logging step (trainer_state.json's log_history, written by `sago-train run`)."""
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    keys = ("loss", "sago_task_loss", "sago_conf_loss", "sago_act_loss", "sago_conf_weight", "sago_unlabeled_share")
+    return [{**meta, "step": int(e["step"]), **{k: e[k] for k in keys if k in e}}
+            for e in state["log_history"] if "sago_task_loss" in e]
+
+
+def _append(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
+    """The untrained model on every set (arm ``base``, seed -1): a reference level, never tested."""
+    import yaml
+
+    from sago_train.cli.main import main as cli
+
+    if ("base", -1, "all") in done_runs(out / "records.jsonl") | _also_done(args):
+        return 0
+    recipe = yaml.safe_load(RECIPE.read_text())
+    opts = recipe["monitor"]["options"]
+    flags = ["--axes", ",".join(args.axes or opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
+             "--batch-size", str(opts["batch_size"]), "--max-groups", "0", "--n-bootstrap", str(opts["n_bootstrap"])]
+    flags += [x for stop in opts.get("stop_strings", []) for x in ("--stop", stop)]
+    eval_dir = out / "runs" / "base"
+    t0 = time.perf_counter()
+    code = cli(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,
+                *(x for name in EVAL_SETS for x in ("--set", f"{name}-all={sets[name]}"))])
+    if code:
+        return code
+    meta = {"model": "tiny", "arm": "base", "seed": -1, "run": "all"}
+    _append(out / "records.jsonl", [_with_fact(r) for r in trim_records(eval_dir, meta, step_dir=eval_dir)])
+    _append(out / "timings.jsonl", [{**meta, "wall_s": round(time.perf_counter() - t0, 1), "commit": _commit()}])
+    return 0
+
+
+def _with_fact(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "fact": row["id"].split("#", 1)[0]}
+
+
+def _also_done(args: argparse.Namespace) -> set[tuple[str, int, str]]:
+    return done_runs(Path(args.also_done)) if args.also_done else set()
+
+
+def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
+    from sago_train.cli.main import main as cli
+
+    table = arms()
+    done = done_runs(out / "records.jsonl") | _also_done(args)
+    monitored = {f"{name}-all": sets[name] for name in EVAL_SETS}
+    shard, shards = args.shard
+    jobs = [(seed, arm) for seed in args.seeds for arm in args.arms]
+    for index, (seed, arm) in enumerate(jobs):
+        if index % shards != shard or (arm, seed, "all") in done:
+            continue
+        data, overrides = table[arm]
+        recipe = write_recipe(RECIPE, out / "recipes" / f"{data}.yaml", sets[f"train-{data}"], monitored)
+        run_dir = out / "runs" / arm / f"seed{seed}"
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an interrupted run: start it again
+        extra = [f"--training.seed={seed}"] + ([f"--training.max_steps={args.steps}"] if args.steps else [])
+        extra += [f"--monitor.options.axes=[{','.join(args.axes)}]"] if args.axes else []
+        print(f"=== {arm} seed {seed}", flush=True)
+        t0 = time.perf_counter()
+        code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}", "--output-dir", str(run_dir), *overrides, *extra])
+        if code:
+            return code
+        wall = time.perf_counter() - t0
+        meta = {"model": "tiny", "arm": arm, "seed": seed, "run": "all"}
+        _append(out / "losses.jsonl", training_log(run_dir, meta))
+        _append(out / "records.jsonl", [_with_fact(r) for r in trim_records(run_dir, meta)])
+        _append(out / "timings.jsonl", [{**meta, "wall_s": round(wall, 1), "commit": _commit()}])
+        print(f"=== {arm} seed {seed}: {wall:.0f} s", flush=True)
+        if not args.keep_runs:
+            shutil.rmtree(run_dir)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default=SEEDS, help="training seeds, shared by every arm (default 0-19)")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
+    ap.add_argument("--data-seed", type=int, default=0, help="seed of the fact split and the perturbation draws")
+    ap.add_argument("--draws", type=int, default=2, help="held-out groups per held-out fact (their own noise draws)")
+    ap.add_argument("--steps", type=int, default=None, help="override training.max_steps (tests)")
+    ap.add_argument("--axes", default=None, help="comma-separated axes every evaluation computes (default: the "
+                    "recipe's)")
+    ap.add_argument("--shard", default="0/1", metavar="I/N", help="run only every N-th (seed, arm) from the I-th")
+    ap.add_argument("--shards", type=int, default=1, help="run in N processes of one thread each, then merge")
+    ap.add_argument("--also-done", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default="runs/experiment-pool/tiny")
+    ap.add_argument("--no-base", action="store_true", help="skip the untrained model's reference evaluation")
+    ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder")
+    ap.add_argument("--summary-only", action="store_true", help="recompute the summary from existing records")
+    ap.add_argument("--publish", default=None, metavar="DIR", help="also copy the summary and the gzipped records")
+    args = ap.parse_args(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    args.axes = [a.strip() for a in args.axes.split(",") if a.strip()] if args.axes else None
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {unknown}; known: {', '.join(ARMS)}")
+    if BASELINE not in args.arms:
+        raise SystemExit(f"--arms must include the baseline {BASELINE!r}: every test is paired against it")
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    args.shard = (shard, shards)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if args.shards > 1 and not args.summary_only:
+        common = ["--seeds", ",".join(map(str, args.seeds)), "--arms", ",".join(args.arms), "--data-seed",
+                  str(args.data_seed), "--draws", str(args.draws), "--also-done", str(out / "records.jsonl"),
+                  "--no-summary", *(["--steps", str(args.steps)] if args.steps else []),
+                  *(["--axes", ",".join(args.axes)] if args.axes else []), *(["--no-base"] * args.no_base),
+                  *(["--keep-runs"] * args.keep_runs)]
+        code = run_shards(args, out, script=__file__, common=common,
+                          extra=("records.jsonl", "timings.jsonl", "losses.jsonl"))
+        if code:
+            return code
+    elif not args.summary_only:
+        sets = build_sets(out, args.data_seed, args.draws)
+        code = run_all(args, out, sets) or (0 if args.no_base or shard else evaluate_base(args, out, sets))
+        if code:
+            return code
+    if args.no_summary:
+        return 0
+    from experiment_pool_summary import write_summary
+
+    text = write_summary(out, baseline=BASELINE)
+    print(text)
+    if args.publish:
+        publish(out, Path(args.publish), names=("summary.md", "summary.json", "timings.jsonl", "losses.jsonl"))
+    print(f"experiment finished in {time.perf_counter() - t0:.0f} s; summary: {out / 'summary.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

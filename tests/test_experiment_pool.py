@@ -1,0 +1,137 @@
+"""scripts/experiment_pool*.py (docs/loss-experiment.md#the-pool-experiment): the split and the sets, the per-fact
+endpoints by hand, the power calculation against a simulation, a known truth through the summary, and the
+pipeline end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import experiment_pool as pool  # noqa: E402
+import experiment_pool_sets as psets  # noqa: E402
+import experiment_pool_summary as psumm  # noqa: E402
+
+
+def test_the_split_is_a_partition_with_a_pool_three_times_the_labeled_set():
+    parts = psets.split(psets.facts(), 0)
+    ids = {k: {f.id for f in v} for k, v in parts.items()}
+    assert [len(ids[k]) for k in ("labeled", "pool", "held_out")] == [16, 48, 40]
+    assert not (ids["labeled"] & ids["pool"] or ids["labeled"] & ids["held_out"] or ids["pool"] & ids["held_out"])
+    assert psets.split(list(reversed(psets.facts())), 0) == parts  # independent of the input order
+    assert psets.split(psets.facts(), 1) != parts
+
+
+def test_the_sets_carry_the_kinds_and_only_labeled_items_have_targets():
+    b = psets.build(0, 2)
+    assert all(r["target"].endswith(", indeed.") for r in b["train-labeled"])
+    assert all("target" not in r and "reference" not in r for r in b["train-pool"])
+    held = {r["meta"]["fact"] for r in b["instances"]}
+    trained = {r["id"] for r in b["train-labeled"] + b["train-pool"]}
+    assert len(b["instances"]) == len(b["kinds"]) == 80 and not held & trained
+    assert all(r["kinds"] == ["canonical", "alt", "question", "terse", "typo", "whitespace"] for r in b["instances"])
+    assert all(r["kinds"] == ["canonical", "alt2", "inverted", "casing", "template"] for r in b["kinds"])
+    g = b["kinds"][0]
+    assert g["variants"][3] == g["variants"][0].lower()
+    assert g["variants"][4] in {f"Q: {g['variants'][0]}", f"Fact: {g['variants'][0]}"}
+    # the two draws of a held-out fact differ in their noise, and a rebuild gives the same records
+    d0, d1 = b["instances"][0], b["instances"][1]
+    assert d0["meta"] == d1["meta"] and d0["variants"][4:] != d1["variants"][4:]
+    assert psets.build(0, 2) == b
+
+
+def _rec(arm, seed, part, gid, correct, conf, kinds=("canonical", "a", "b")):
+    return {"arm": arm, "seed": seed, "run": "all", "set": part, "id": gid, "fact": gid.split("#")[0],
+            "kinds": list(kinds), "correct": correct, "confidence": conf, "step": 60}
+
+
+def test_fact_endpoints_average_a_facts_draws_by_hand():
+    rows = [_rec("augment", 0, "instances", "f#d0", [1, 0, 0], 0.2), _rec("augment", 0, "instances", "f#d1", [1, 1, 0], 0.4),
+            _rec("augment", 0, "instances", "g#d0", [0, 0, 1], 0.1)]
+    e = psumm.fact_endpoints(rows)[("augment", 0, "instances")]
+    assert e["accuracy"] == {"f": pytest.approx(3 / 6), "g": pytest.approx(1 / 3)}
+    assert e["confidence"]["f"] == pytest.approx(0.3) and e["canonical"] == {"f": 1.0, "g": 0.0}
+    assert e["kind:a"]["f"] == pytest.approx(0.5) and e["kind:b"]["g"] == 1.0
+
+
+def test_power_matches_a_simulated_t_test():
+    """The detectable difference at 80% power is the one a simulated one-sided t-test over seeds detects 80% of the
+    time (2000 simulated experiments), and the seeds needed for 0.02 are the fewest that reach it."""
+    rng = np.random.default_rng(1)
+    base = rng.normal(0.5, 0.1, (40, 10))
+    sd = 0.015
+    p = psumm.power(base, base + rng.normal(0, sd, (1, 10)) + rng.normal(0, 0.001, (40, 10)), m=7)
+    n, d, sd_hat, alpha = p["seeds"]["n"], p["seeds"]["detectable"], p["seeds"]["sd"], p["alpha"]
+    sims = rng.normal(d, sd_hat, (2000, n))
+    hits = np.mean([st.ttest_1samp(x, 0.0, alternative="greater").pvalue < alpha for x in sims])
+    assert abs(hits - 0.80) < 0.03
+    need = p["seeds"]["needed"]  # the fewest seeds at which a true 0.02 is detected 80% of the time
+    for n, at_least in ((need, True), (need - 1, False)):
+        sims = rng.normal(psumm.EFFECT, sd_hat, (4000, n))
+        rate = np.mean(st.ttest_1samp(sims, 0.0, axis=1, alternative="greater").pvalue < alpha)
+        assert (rate > 0.78) if at_least else (rate < 0.82), (n, rate)
+    assert alpha == pytest.approx(0.05 / 7)
+
+
+def _fabricated(effect: float, seeds: int = 8, facts: int = 30, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    p_fact = rng.uniform(0.3, 0.7, facts)
+    for arm, shift in (("augment", 0.0), ("pool-kl-1", effect), ("pool-bct", 0.0)):
+        for s in range(seeds):
+            run = rng.normal(0, 0.01)
+            for f in range(facts):
+                c = (rng.random(6) < np.clip(p_fact[f] + shift + run, 0, 1)).astype(int).tolist()
+                rows.append({**_rec(arm, s, "instances", f"f{f}#d0", c, 0.1,
+                                    ("canonical", "alt", "question", "terse", "typo", "whitespace"))})
+    return rows
+
+
+def test_a_known_effect_is_claimed_and_a_null_arm_is_not():
+    s = psumm.summarize(_fabricated(0.25), "augment")
+    t = s["tests"]["instances/accuracy"]
+    assert t["pool-kl-1"]["p_holm"] < 0.01 and t["pool-kl-1"]["signs"] == "+" * 8
+    assert 0.15 < t["pool-kl-1"]["diff"] < 0.35
+    assert t["pool-bct"]["p_holm"] > 0.05
+    assert set(s["power"]) == {"pool-kl-1", "pool-bct"} and s["power"]["pool-bct"]["alpha"] == 0.025
+    text = psumm.markdown(s, [], {})
+    assert "| pool-kl-1 |" in text and "Dose-response" in text and "Power of the primary test" in text
+
+
+def test_arms_differ_only_in_the_stability_section_and_the_pool():
+    table = pool.arms()
+    assert set(table) == set(pool.ARMS) and pool.BASELINE in table and len(table) == 8
+    for arm, (data, overrides) in table.items():
+        other = [o for o in overrides if not o.startswith("--stability.")]
+        assert other == (["--training.per_device_train_batch_size=32"] if data == "mixed" else []), arm
+        assert data == ("mixed" if arm.startswith("pool-") else "labeled")
+    assert "--stability.conf_weight=3" in table["pool-kl-3"][1]
+    assert "--stability.unlabeled_task_loss=true" in table["pool-bct"][1]
+    assert "--stability.task_loss_variants=canonical" in table["control-kl"][1]
+
+
+@pytest.mark.slow  # about 60-120 s on 2 shared cores: 3 tiny training runs of 2 steps, their evaluations, the base model
+def test_pipeline_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    args = ["--seeds", "0", "--arms", "augment,pool-kl-1,pool-bct", "--steps", "2", "--out", str(tmp_path)]
+    assert pool.main(args) == 0
+    rows = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    per_run = {(r["arm"], r["set"]) for r in rows}
+    assert per_run == {(a, p) for a in ("augment", "pool-kl-1", "pool-bct", "base") for p in psumm.SETS}
+    assert len([r for r in rows if r["arm"] == "augment"]) == 80 + 80 + 16 + 48
+    assert all(r["fact"] == r["id"].split("#")[0] and len(r["logprobs"]) == len(r["kinds"]) for r in rows)
+    losses = [json.loads(x) for x in (tmp_path / "losses.jsonl").read_text().splitlines()]
+    by_arm = {r["arm"]: r for r in losses}
+    assert set(by_arm) == {"augment", "pool-kl-1", "pool-bct"}
+    assert by_arm["augment"].get("sago_unlabeled_share", 0) == 0 and by_arm["pool-kl-1"]["sago_unlabeled_share"] > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["tests"]["instances/accuracy"]) == {"pool-kl-1", "pool-bct"}
+    before = (tmp_path / "records.jsonl").read_text()
+    assert pool.main(args) == 0 and (tmp_path / "records.jsonl").read_text() == before  # a rerun resumes
