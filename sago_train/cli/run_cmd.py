@@ -121,6 +121,7 @@ def run(args: argparse.Namespace, overrides: list[str] | None = None) -> int:
         try:
             trainer.train(resume_from_checkpoint=resume)
             trainer.save_model(output_dir)
+            trainer.save_state()  # trainer_state.json: the training log (task and term losses per logging step)
         finally:
             _finish_wandb(trainer)
     finally:

@@ -223,6 +223,10 @@ def test_llama_stability_recipe_runs_two_steps(tmp_path, monkeypatch, capsys, on
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     logged = [e for e in state["log_history"] if "sago_act_loss" in e]
     assert len(logged) == 2 and all("sago_conf_loss" in e and "sago_task_loss" in e for e in logged)
+    # and the run's own folder keeps the whole training log (trainer.save_state(), as the HF examples do)
+    final = json.loads((out / "trainer_state.json").read_text())
+    assert [e["sago_task_loss"] for e in final["log_history"] if "sago_task_loss" in e] == \
+        [e["sago_task_loss"] for e in logged]
     assert list((out / "runs").rglob("events.out.tfevents.*")), "no TensorBoard events"
 
 
