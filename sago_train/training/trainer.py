@@ -243,9 +243,14 @@ class StabilityTrainerMixin:
         labels = model_inputs.get("labels")
         no_task = labels is not None and not bool((labels != -100).any())  # unlabeled prompts only
         if groups is None or not cfg.enabled:
-            return super().compute_loss(  # type: ignore[misc]
-                model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-            )
+            out = super().compute_loss(  # type: ignore[misc]
+                model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+            if groups is not None:  # variant groups with no term (augmentation, BCT): the task loss and share
+                ga = max(int(getattr(self, "current_gradient_accumulation_steps", 1) or 1), 1) if model.training else 1
+                self._sago_record(model.training, out[0] if return_outputs else out, None, None, ga,
+                                  model.training and self._sago_loss_is_scaled_for_ga(num_items_in_batch), (0.0, 0.0),
+                                  unlabeled)
+            return out
         # The plain Trainer has the outputs anyway: their logits let the loss check, once, that projecting
         # the captured final hidden states reproduces them (and fall back to them otherwise).
         from_outputs = self._sago_logits_in_outputs and self._sago_loss.wants_logits
