@@ -288,13 +288,19 @@ class PendingGroups:
         """Positions of the groups without a target."""
         return [i for i, (_, t) in enumerate(self.groups) if t is None]
 
+    @property
+    def share(self) -> float:
+        """The share of the groups without a target."""
+        return len(self.missing) / max(len(self.groups), 1)
+
     def prompts(self) -> list[list[int]]:
         """Token ids of the canonical prompt of each group without a target (in :attr:`missing` order)."""
         return [self.collator.encode_prompt(self.groups[i][0].variants[self.groups[i][0].canonical])
                 for i in self.missing]
 
-    def complete(self, answers: Sequence[list[int]]) -> dict[str, torch.Tensor]:
-        """The batch with ``answers`` (token ids, one per missing group) as those groups' unlabeled targets."""
+    def complete(self, answers: Sequence[list[int]], *, labeled: bool = False) -> dict[str, torch.Tensor]:
+        """The batch with ``answers`` (token ids, one per missing group) as those groups' targets: without labels,
+        or with ``labeled`` labeled like any target (``unlabeled_task_loss``)."""
         missing = self.missing
         if len(answers) != len(missing):
             raise SagoInputError(f"expected {len(missing)} answers for the unlabeled groups, got {len(answers)}")
@@ -310,7 +316,7 @@ class PendingGroups:
                     hint="give the item a target, drop it from the training file, or check that its prompt renders "
                          "as the model expects (chat template, a prompt that invites an answer)")
         groups = [(g, filled[i] if t is None else t) for i, (g, t) in enumerate(self.groups)]
-        return self.collator.collate_encoded(groups, [t is None for _, t in self.groups])
+        return self.collator.collate_encoded(groups, [t is None and not labeled for _, t in self.groups])
 
 
 def mask_non_canonical_labels(batch: dict[str, Any]) -> dict[str, Any]:

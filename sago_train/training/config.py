@@ -14,6 +14,7 @@ from ..model.layers import check_layer_indices
 from .modes import (
     MODES_REGISTRY,
     StabilityMode,
+    _check_bool,
     _check_choice,
     _check_int,
     _check_weight,
@@ -23,6 +24,7 @@ from .modes import (
 DEFAULT_FRESH_KINDS = ("typo", "casing", "whitespace")
 POOLINGS = ("target", "last")
 TASK_LOSS_VARIANTS = ("all", "canonical")
+WEIGHT_SCALES = ("absolute", "relative")
 
 
 def _check_fresh_kinds(value: Any) -> list[str]:
@@ -131,6 +133,14 @@ class StabilityConfig:
         default="all",
         metadata={"help": "Which sequences the task loss covers: 'all' variants, or only the 'canonical' one."},
     )
+    weight_scale: str = field(
+        default="absolute",
+        metadata={"help": "'absolute': loss = task + lambda_act * L_act + lambda_conf * L_conf; 'relative': each "
+                  "term is first rescaled to the size of the task loss, lambda * L * stopgrad(task / L), so that "
+                  "lambda = 1 weighs the term like the task loss whatever their units (under Adam the overall scale "
+                  "cancels, only this ratio matters). Where a micro-batch has no task loss (unlabeled prompts only) "
+                  "or a term is 0, the ratio of the last micro-batch that had both is used (1 before any)."},
+    )
 
     divergence: str = field(
         default="kl",
@@ -176,6 +186,13 @@ class StabilityConfig:
         metadata={"help": "Mode 'consistency', items without a target: the most tokens of the teacher's greedy "
                   "answer used as their response (it stops at EOS)."},
     )
+    unlabeled_task_loss: bool = field(
+        default=False,
+        metadata={"help": "Mode 'consistency', items without a target: also train the task loss (cross-entropy) "
+                  "on the teacher's greedy answer to the canonical prompt, on every variant (as task_loss_variants "
+                  "says; BCT: the model's own clean answer as the target under each perturbation); False: only "
+                  "L_conf (and L_act) train on them."},
+    )
 
     def __post_init__(self) -> None:
         self.act_weight = _check_weight("act_weight", self.act_weight)
@@ -187,6 +204,7 @@ class StabilityConfig:
             self.act_pooling, self.pooling = _check_choice("pooling", self.pooling, POOLINGS), None
         self.act_pooling = _check_choice("act_pooling", self.act_pooling, POOLINGS)
         self.task_loss_variants = _check_choice("task_loss_variants", self.task_loss_variants, TASK_LOSS_VARIANTS)
+        self.weight_scale = _check_choice("weight_scale", self.weight_scale, WEIGHT_SCALES)
         self.warmup_steps = _check_int("warmup_steps", self.warmup_steps, 0, MAX_TRAINING_STEPS, "MAX_TRAINING_STEPS")
         self.layers = check_layer_indices(self.layers)
         for mode in MODES_REGISTRY.values():  # each mode checks its own fields, whichever mode is used
@@ -195,8 +213,7 @@ class StabilityConfig:
                                          "MAX_FRESH_VARIANTS")
         if self.fresh_kinds is not None:
             self.fresh_kinds = _check_fresh_kinds(self.fresh_kinds)
-        if not isinstance(self.fixed_variants, bool):
-            raise SagoInputError(f"expected true or false, got {self.fixed_variants!r}", key="fixed_variants")
+        self.fixed_variants = _check_bool("fixed_variants", self.fixed_variants)
         if not self.fixed_variants and self.fresh_variants < 1:
             raise SagoInputError("fixed_variants=False keeps only the canonical prompt, so a group needs fresh "
                                  "variants", key="fixed_variants", hint="set fresh_variants >= 1")
@@ -214,6 +231,24 @@ class StabilityConfig:
     @property
     def enabled(self) -> bool:
         return self.act_weight > 0 or self.conf_weight > 0
+
+    def check_unlabeled_trains(self) -> None:
+        """Refuse items without a target where nothing would train on them: both weights 0 and
+        ``unlabeled_task_loss`` False (the trainer calls it on a batch that holds some, before the teacher answers).
+
+        Example:
+            >>> StabilityConfig(mode="consistency", unlabeled_task_loss=True).check_unlabeled_trains()  # BCT alone
+            >>> StabilityConfig(mode="consistency").check_unlabeled_trains()
+            Traceback (most recent call last):
+            ...
+            sago_train.errors.SagoInputError: field 'conf_weight': a batch holds unlabeled prompts (items without a target), which train through the stability terms or, with unlabeled_task_loss, the task loss on the teacher's answer; act_weight and conf_weight are both 0 and unlabeled_task_loss is False, so nothing would train on them (set conf_weight > 0 or unlabeled_task_loss=True, or give every item a target)
+        """
+        if not (self.enabled or self.unlabeled_task_loss):
+            raise SagoInputError(
+                "a batch holds unlabeled prompts (items without a target), which train through the stability terms "
+                "or, with unlabeled_task_loss, the task loss on the teacher's answer; act_weight and conf_weight "
+                "are both 0 and unlabeled_task_loss is False, so nothing would train on them", key="conf_weight",
+                hint="set conf_weight > 0 or unlabeled_task_loss=True, or give every item a target")
 
     def weights_at(self, step: int) -> tuple[float, float]:
         """``(lambda_act, lambda_conf)`` after ``step`` optimizer steps, with the linear warmup applied."""

@@ -1,7 +1,9 @@
 """The differentiable stability loss (docs/definitions.md#stability-loss), independent of any trainer.
 
 ``loss = task_loss + lambda_act * L_act + lambda_conf * L_conf`` on batches made by
-:class:`~sago_train.training.collator.VariantGroupCollator` (K variants ``x_k + t`` per group, group-major rows).
+:class:`~sago_train.training.collator.VariantGroupCollator` (K variants ``x_k + t`` per group, group-major rows);
+with ``weight_scale='relative'`` each term is first rescaled to the task loss's size,
+``lambda * L * stop_grad(task_loss / L)`` (:meth:`StabilityLoss.weighted`).
 
 - ``L_act``: the activation dispersion of the K variants' representations (pooled over the shared target
   tokens, or at the last prompt token) at the chosen decoder blocks, averaged over layers and groups;
@@ -93,12 +95,15 @@ class StabilityTerms:
     act: torch.Tensor | None = None
     conf: torch.Tensor | None = None
 
-    def weighted(self, act_weight: float, conf_weight: float) -> torch.Tensor | None:
-        """``act_weight * act + conf_weight * conf`` over the enabled terms (``None`` if none)."""
+    def weighted(self, act_weight: float, conf_weight: float,
+                 scales: tuple[torch.Tensor | float, torch.Tensor | float] = (1.0, 1.0)) -> torch.Tensor | None:
+        """``act_weight * scale_act * act + conf_weight * scale_conf * conf`` over the enabled terms (``None`` if
+        none); ``scales``: constants (``weight_scale='relative'``: :meth:`StabilityLoss.ratios`)."""
         total = None
-        for term, weight in ((self.act, act_weight), (self.conf, conf_weight)):
+        for term, weight, scale in ((self.act, act_weight, scales[0]), (self.conf, conf_weight, scales[1])):
             if term is not None:
-                total = term * weight if total is None else total + term * weight
+                part = term * (weight * scale)
+                total = part if total is None else total + part
         return total
 
 
@@ -113,7 +118,16 @@ class StabilityLoss:
     Example (a custom training loop):
         >>> loss_fn = StabilityLoss(StabilityConfig(act_weight=0.5, conf_weight=0.5), model)  # doctest: +SKIP
         >>> outputs, terms = loss_fn(model, batch)  # batch from VariantGroupCollator  # doctest: +SKIP
-        >>> loss = outputs.loss + terms.weighted(0.5, 0.5)  # doctest: +SKIP
+        >>> loss = outputs.loss + loss_fn.weighted(terms, outputs.loss, 0.5, 0.5)  # doctest: +SKIP
+
+    ``weight_scale='relative'``: each term is rescaled to the size of the task loss (the ratio of the last
+    micro-batch that had both where one is missing):
+        >>> rel = StabilityLoss(StabilityConfig(conf_weight=0.5, weight_scale="relative"), torch.nn.Linear(1, 1))
+        >>> terms = StabilityTerms(conf=torch.tensor(0.02))
+        >>> float(rel.weighted(terms, torch.tensor(2.0), 0.0, 0.5))  # 0.5 * 0.02 * (2.0 / 0.02): half the task
+        1.0
+        >>> float(rel.weighted(StabilityTerms(conf=torch.tensor(0.01)), torch.tensor(0.0), 0.0, 0.5))  # ratio 100
+        0.5
     """
 
     def __init__(self, config: StabilityConfig, model: nn.Module) -> None:
@@ -130,6 +144,34 @@ class StabilityLoss:
         self.head_from_hidden: bool | None = None
         # Micro-batches with fewer groups than the mode needs (relative: one), for which L_act was 0.
         self.single_group_batches = 0
+        #: ``weight_scale='relative'``: the last ``task / term`` ratio of (L_act, L_conf), detached; None: none yet.
+        self.last_ratios: list[torch.Tensor | None] = [None, None]
+
+    def ratios(self, terms: StabilityTerms, task: torch.Tensor, *, update: bool = True
+               ) -> tuple[torch.Tensor | float, torch.Tensor | float]:
+        """The constants :meth:`StabilityTerms.weighted` scales each term by: 1 for ``weight_scale='absolute'``;
+        for ``'relative'`` ``task / term`` (detached), or where ``task`` or the term is 0 the last ratio that
+        had both (1 before any). ``update``: keep this micro-batch's ratios for later ones (training)."""
+        if self.config.weight_scale == "absolute":
+            return 1.0, 1.0
+        out: list[torch.Tensor | float] = [1.0, 1.0]
+        for i, term in enumerate((terms.act, terms.conf)):
+            if term is None:
+                continue
+            value, t = term.detach(), task.detach().to(term.dtype)
+            ok = (t > 0) & (value > 0) & torch.isfinite(t) & torch.isfinite(value)
+            last = self.last_ratios[i]
+            last = torch.ones_like(value) if last is None else last.to(value.device, value.dtype)
+            out[i] = torch.where(ok, t / torch.where(ok, value, torch.ones_like(value)), last)
+            if update:
+                self.last_ratios[i] = out[i]  # type: ignore[assignment]
+        return out[0], out[1]
+
+    def weighted(self, terms: StabilityTerms, task: torch.Tensor, act_weight: float, conf_weight: float, *,
+                 update: bool = True) -> torch.Tensor | None:
+        """``lambda_act * L_act + lambda_conf * L_conf`` as ``weight_scale`` says (:meth:`ratios`; ``task``: the
+        micro-batch's task loss), ``None`` when no term is enabled."""
+        return terms.weighted(act_weight, conf_weight, self.ratios(terms, task, update=update))
 
     def _activation(self, vectors: torch.Tensor, layout: GroupLayout) -> torch.Tensor:
         """L_act of one layer's pooled vectors ``[G, K, H]``, per group ``[G]``."""

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..errors import SagoInputError, unknown_name_error
+from ..errors import SagoInputError, short_repr, unknown_name_error
 from ..functional.dispersion import activation_dispersion, anchor_activation_distance
 from ..functional.divergence import consistency_divergence, divergence_from_logits
 from ..functional.relative import contrastive_dispersion, relative_dispersion
@@ -45,6 +45,12 @@ def _check_int(name: str, value: Any, low: int, high: int, limit: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SagoInputError(f"expected an integer in [{low:,}, {high:,}] ({limit}), got {str(value)[:40]}",
                              key=name)
+    return value
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SagoInputError(f"expected true or false, got {short_repr(value, 40)}", key=name)
     return value
 
 
@@ -170,7 +176,7 @@ class Consistency(StabilityMode):
 
     name = "consistency"
     fields = ("divergence", "teacher", "ema_decay", "teacher_temperature", "confidence_threshold",
-              "unlabeled_max_new_tokens")
+              "unlabeled_max_new_tokens", "unlabeled_task_loss")
     needs_teacher = True
     unlabeled = True
     anchored = True
@@ -185,6 +191,7 @@ class Consistency(StabilityMode):
                                                   closed_low=True, open_high=True)
         config.unlabeled_max_new_tokens = _check_int("unlabeled_max_new_tokens", config.unlabeled_max_new_tokens, 1,
                                                      MAX_NEW_TOKENS, "MAX_NEW_TOKENS")
+        config.unlabeled_task_loss = _check_bool("unlabeled_task_loss", config.unlabeled_task_loss)
         if config.divergence == "js" and config.teacher != "self":
             raise SagoInputError(
                 f"divergence 'js' compares the canonical and each variant without a stop-gradient, so it has no "

@@ -5,7 +5,7 @@ not import TRL).
 Both share :class:`StabilityTrainerMixin`, which wraps the parent's ``compute_loss``: the parent computes
 the task loss exactly as it would (same forward, same normalization by ``num_items_in_batch``), the hooks
 of :class:`~sago_train.training.loss.StabilityLoss` capture what the terms need during that same forward, and
-``lambda_act * L_act + lambda_conf * L_conf`` is added. The terms are logged separately as
+``lambda_act * L_act + lambda_conf * L_conf`` is added (``StabilityLoss.weighted``). The terms are logged raw as
 ``sago_task_loss``, ``sago_act_loss``, ``sago_conf_loss`` (averaged over the logging window the same way
 as the Trainer's ``loss``), beside the effective weights ``sago_act_weight`` / ``sago_conf_weight`` that were
 applied to those losses (averaged over the window the same way; with ``logging_steps=1``, the step's weight)
@@ -37,6 +37,9 @@ from .loss import StabilityConfig, StabilityLoss, split_batch
 from .resume import ConsistencyStateCallback, has_state, restore
 from .sft import groups_as_dataset
 from .teacher import EmaTeacherCallback, Teacher, check_sharding
+
+#: In a batch answered when fetched (get_batch_samples): the share of its groups that had no target.
+SHARE_KEY = "sago_unlabeled_share"
 
 
 class _CanonicalOnlyLabels:
@@ -183,6 +186,21 @@ class StabilityTrainerMixin:
         super()._set_signature_columns_if_needed()  # type: ignore[misc]
         self._signature_columns = list(dict.fromkeys([*self._signature_columns, *ITEM_COLUMNS]))
 
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+        """``Trainer.get_batch_samples``. With ``unlabeled_task_loss`` the teacher answers the step's unlabeled
+        prompts as their micro-batches are fetched (the model does not change within a step, so the answers are
+        those ``compute_loss`` would get), so that the label-token count normalizing the task loss includes them."""
+        if self.stability_config.unlabeled_task_loss and self._sago_teacher is not None:
+            epoch_iterator = (self._sago_answered(batch) for batch in epoch_iterator)
+        return super().get_batch_samples(epoch_iterator, num_batches, device)  # type: ignore[misc]
+
+    def _sago_answered(self, batch: Any) -> Any:
+        if not isinstance(batch, dict) or PENDING_KEY not in batch:
+            return batch
+        pending = batch.pop(PENDING_KEY)
+        answered = self._sago_answer_unlabeled(self.model, pending)
+        return {**answered, **{k: batch[k] for k in (DRAWN_KEY,) if k in batch}, SHARE_KEY: pending.share}
+
     # ------------------------------------------------------------------------------------------- loss
     def _sago_loss_is_scaled_for_ga(self, num_items_in_batch: Any) -> bool:
         """Mirror of ``Trainer.training_step``: is the task loss already normalized over the whole
@@ -209,10 +227,11 @@ class StabilityTrainerMixin:
         pending = inputs.pop(PENDING_KEY, None) if isinstance(inputs, dict) else None
         if isinstance(inputs, dict) and DRAWN_KEY in inputs:
             self._sago_drawer.consume(inputs.pop(DRAWN_KEY))
-        # The share of this micro-batch's groups that had no target (logged as sago_unlabeled_share).
-        unlabeled = 0.0 if pending is None else len(pending.missing) / max(len(pending.groups), 1)
+        # The share of this micro-batch's groups that had no target (logged as sago_unlabeled_share); their
+        # teacher answers come here, or came when the step's batches were fetched (get_batch_samples).
+        unlabeled = inputs.pop(SHARE_KEY, 0.0) if isinstance(inputs, dict) else 0.0
         if pending is not None:
-            inputs = self._sago_answer_unlabeled(model, pending)
+            unlabeled, inputs = pending.share, self._sago_answer_unlabeled(model, pending)
         model_inputs, groups = split_batch(inputs)
         cfg = self.stability_config
         if groups is None and cfg.enabled and model.training:
@@ -223,15 +242,15 @@ class StabilityTrainerMixin:
             )
         labels = model_inputs.get("labels")
         no_task = labels is not None and not bool((labels != -100).any())  # unlabeled prompts only
-        if groups is not None and no_task and not cfg.enabled:
-            raise SagoInputError(
-                "a batch holds only unlabeled prompts, which train through the consistency term alone, and "
-                "act_weight and conf_weight are both 0", key="conf_weight",
-                hint="set conf_weight > 0, or give every item a target")
         if groups is None or not cfg.enabled:
-            return super().compute_loss(  # type: ignore[misc]
-                model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-            )
+            out = super().compute_loss(  # type: ignore[misc]
+                model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+            if groups is not None:  # variant groups with no term (augmentation, BCT): the task loss and share
+                ga = max(int(getattr(self, "current_gradient_accumulation_steps", 1) or 1), 1) if model.training else 1
+                self._sago_record(model.training, out[0] if return_outputs else out, None, None, ga,
+                                  model.training and self._sago_loss_is_scaled_for_ga(num_items_in_batch), (0.0, 0.0),
+                                  unlabeled)
+            return out
         # The plain Trainer has the outputs anyway: their logits let the loss check, once, that projecting
         # the captured final hidden states reproduces them (and fall back to them otherwise).
         from_outputs = self._sago_logits_in_outputs and self._sago_loss.wants_logits
@@ -257,10 +276,13 @@ class StabilityTrainerMixin:
             teacher_logits=teacher_logits,
         )
         act_weight, conf_weight = cfg.weights_at(self.state.global_step)
-        extra = terms.weighted(act_weight, conf_weight)
         training = model.training
         ga = max(int(getattr(self, "current_gradient_accumulation_steps", 1) or 1), 1) if training else 1
         scaled = training and self._sago_loss_is_scaled_for_ga(num_items_in_batch)
+        # weight_scale 'relative' compares each term with the micro-batch's task loss, in the units of a
+        # per-micro-batch mean (a loss normalized over the accumulated batch is its 1/ga share).
+        extra = self._sago_loss.weighted(terms, task_loss * ga if scaled else task_loss, act_weight, conf_weight,
+                                         update=training)
         # The terms are per-micro-batch means. When the task loss is already normalized over the whole
         # accumulated batch, the Trainer does not divide by the accumulation steps, so they are divided here;
         # DDP then averages the gradients over processes, which averages the terms over all groups.
@@ -271,13 +293,15 @@ class StabilityTrainerMixin:
 
     def _sago_answer_unlabeled(self, model: nn.Module, pending: Any) -> dict[str, Any]:
         """Complete a batch with unlabeled prompts: the teacher's greedy answer to each one's canonical prompt
-        becomes its group's target, with no labels (consistency mode, before the forward)."""
+        becomes its group's target, with no labels, or with ``unlabeled_task_loss`` the answer as labels (as
+        ``task_loss_variants`` says: every variant, or the canonical one) (consistency mode, before the forward)."""
         cfg = self.stability_config
+        cfg.check_unlabeled_trains()
         collator = pending.collator
         answers = self._sago_teacher.answer(  # type: ignore[union-attr]
             self.accelerator.unwrap_model(model), pending.prompts(), max_new_tokens=cfg.unlabeled_max_new_tokens,
             pad_id=collator.pad_id, eos_id=collator.eos_id)
-        batch = pending.complete(answers)
+        batch = pending.complete(answers, labeled=cfg.unlabeled_task_loss)
         if cfg.task_loss_variants == "canonical":
             batch = mask_non_canonical_labels(batch)
         return self._prepare_inputs(batch)

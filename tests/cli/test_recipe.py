@@ -291,6 +291,17 @@ def test_override_values_are_yaml():
     assert recipe.model.lora.r == 4
 
 
+def test_every_stability_field_is_a_recipe_flag():
+    """The stability section and its --stability.<field> flags come from StabilityConfig's fields, new ones too."""
+    recipe = load_recipe(DEMO, ["--stability.mode=consistency", "--stability.unlabeled_task_loss=true",
+                                "--stability.weight_scale", "relative"])
+    assert (recipe.stability.unlabeled_task_loss, recipe.stability.weight_scale) == (True, "relative")
+    with pytest.raises(SagoInputError, match="weight_scale.*Did you mean 'relative'"):
+        load_recipe(DEMO, ["--stability.weight_scale=relativ"])
+    with pytest.raises(SagoInputError, match="unlabeled_task_loss.*true or false"):
+        load_recipe(DEMO, ["--stability.unlabeled_task_loss=maybe"])
+
+
 def test_override_creates_a_missing_section():
     recipe = load_recipe(DEMO, ["--early_stopping.metric=sago/typo/activation"])
     assert recipe.early_stopping is not None and recipe.early_stopping.metric == "sago/typo/activation"

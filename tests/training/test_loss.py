@@ -60,6 +60,11 @@ def batch(tok):
         ({"fresh_variants": 2, "fresh_kinds": "typo"}, "fresh_kinds.*list"),
         ({"fixed_variants": False}, "fixed_variants.*fresh_variants >= 1"),
         ({"unlabeled_max_new_tokens": 0}, "unlabeled_max_new_tokens"),
+        ({"unlabeled_task_loss": "yes"}, "unlabeled_task_loss.*true or false"),
+        ({"unlabeled_task_loss": 1}, "unlabeled_task_loss.*true or false"),
+        ({"fixed_variants": 0, "fresh_variants": 1}, "fixed_variants.*true or false"),
+        ({"weight_scale": "relativ"}, "weight_scale.*Did you mean 'relative'"),
+        ({"weight_scale": None}, "weight_scale"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, match):
@@ -83,6 +88,10 @@ def test_config_warmup_and_parser():
     assert (parsed.mode, parsed.teacher, parsed.fresh_variants, parsed.fresh_kinds, parsed.fixed_variants,
             parsed.confidence_threshold) == ("consistency", "ema", 2, ["typo", "casing"], False, 0.3)
     assert StabilityConfig().kinds_to_draw == ["typo", "casing", "whitespace"]
+    (parsed,) = HfArgumentParser(StabilityConfig).parse_args_into_dataclasses(
+        ["--mode", "consistency", "--unlabeled_task_loss", "true", "--weight_scale", "relative"])
+    assert (parsed.unlabeled_task_loss, parsed.weight_scale) == (True, "relative")
+    assert (StabilityConfig().unlabeled_task_loss, StabilityConfig().weight_scale) == (False, "absolute")
     with pytest.raises(SagoInputError, match="out of range"):
         StabilityLoss(StabilityConfig(layers=[0, 4]), make_tiny_model("llama", layers=4, ids=SPECIALS_FIRST, eval_mode=False))
     assert StabilityLoss(StabilityConfig(act_weight=0.1), make_tiny_model("llama", layers=8, ids=SPECIALS_FIRST, eval_mode=False)).layers == [1, 3, 5, 7]
@@ -548,3 +557,50 @@ def test_consistency_gradient_reaches_the_canonical_rows_only_with_js(tok, diver
         canonical[g, :, c] = True
     assert (float(grad[canonical].abs().max()) > 0) == flows
     assert float(grad[~canonical].abs().max()) > 0
+
+
+# ------------------------------------------------------------------------------------------ weight_scale
+def test_relative_weight_scale_rescales_each_term_to_the_task_loss_with_the_last_ratio_as_fallback():
+    """lambda * L * stopgrad(task / L): the value lambda * task, the gradient grad(task) + lambda * (task / L)
+    * grad(L) (by hand with autograd); a micro-batch without a task loss, or with a term at 0, uses the last
+    ratio that had both (1 before any); 'absolute' is lambda * L."""
+    from sago_train.training.loss import StabilityTerms
+
+    def pieces(x):
+        return (x ** 2).sum(), x.sin().sum().abs() * 0.01, x.exp().sum() * 0.1  # task, act, conf
+
+    lam_act, lam_conf = 0.3, 2.0
+    cfg = StabilityConfig(act_weight=lam_act, conf_weight=lam_conf, weight_scale="relative")
+    model = make_tiny_model("llama", layers=2, ids=SPECIALS_FIRST)  # only resolves the layers here
+    loss_fn = StabilityLoss(cfg, model)
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    task, act, conf = pieces(x)
+    total = task + loss_fn.weighted(StabilityTerms(act=act, conf=conf), task, lam_act, lam_conf)
+    (grad,) = torch.autograd.grad(total, x)
+    task, act, conf = pieces(x)
+    by_hand = [torch.autograd.grad(v, x)[0] for v in (task, act, conf)]
+    r_act, r_conf = float((task / act).detach()), float((task / conf).detach())
+    assert float(total.detach()) == pytest.approx(float(task.detach()) * (1 + lam_act + lam_conf), rel=1e-12)
+    assert torch.allclose(grad, by_hand[0] + lam_act * r_act * by_hand[1] + lam_conf * r_conf * by_hand[2],
+                          rtol=1e-12)
+    assert [float(r) for r in loss_fn.last_ratios] == pytest.approx([r_act, r_conf], rel=1e-12)
+    # No task loss (a micro-batch of unlabeled prompts): the last ratios, not task / L = 0.
+    act2, conf2 = torch.tensor(0.7, dtype=torch.float64), torch.tensor(0.2, dtype=torch.float64)
+    zero = torch.zeros((), dtype=torch.float64)
+    got = loss_fn.weighted(StabilityTerms(act=act2, conf=conf2), zero, lam_act, lam_conf)
+    assert float(got) == pytest.approx(lam_act * r_act * 0.7 + lam_conf * r_conf * 0.2, rel=1e-12)
+    # A term at 0 (every position masked out) keeps its last ratio; the other term takes this batch's.
+    task3 = torch.tensor(4.0, dtype=torch.float64)
+    got = loss_fn.weighted(StabilityTerms(act=zero, conf=conf2), task3, lam_act, lam_conf)
+    assert float(got) == pytest.approx(lam_conf * 4.0, rel=1e-12)
+    assert [float(r) for r in loss_fn.last_ratios] == pytest.approx([r_act, 4.0 / 0.2], rel=1e-12)
+    # Evaluation does not move the ratios (update=False).
+    loss_fn.weighted(StabilityTerms(act=act2, conf=conf2), task3, lam_act, lam_conf, update=False)
+    assert [float(r) for r in loss_fn.last_ratios] == pytest.approx([r_act, 4.0 / 0.2], rel=1e-12)
+    # Before any micro-batch with both: ratio 1.
+    fresh = StabilityLoss(cfg, model)
+    assert float(fresh.weighted(StabilityTerms(conf=conf2), zero, 0.0, lam_conf)) == pytest.approx(lam_conf * 0.2)
+    # 'absolute' (the default): lambda * L whatever the task loss.
+    plain = StabilityLoss(StabilityConfig(act_weight=lam_act, conf_weight=lam_conf), model)
+    got = plain.weighted(StabilityTerms(act=act2, conf=conf2), task3, lam_act, lam_conf)
+    assert float(got) == pytest.approx(lam_act * 0.7 + lam_conf * 0.2, rel=1e-12)

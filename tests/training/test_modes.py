@@ -22,7 +22,7 @@ def test_every_mode_is_registered_with_its_own_fields():
     owned = [f for m in MODES_REGISTRY.values() for f in m.fields]
     assert len(owned) == len(set(owned))  # one owner per field
     names = {f.name for f in dataclasses.fields(StabilityConfig)}
-    assert set(owned) <= names and len(owned) == 8
+    assert set(owned) <= names and len(owned) == 9
     assert [m.name for m in MODES_REGISTRY.values() if m.needs_teacher] == ["consistency"]
     assert [m.name for m in MODES_REGISTRY.values() if m.min_groups > 1] == ["relative"]
     assert StabilityConfig(mode="anchor").stability_mode is get_mode("anchor")
@@ -35,6 +35,8 @@ def test_a_mode_checks_its_own_fields_whatever_the_mode_in_use():
         StabilityConfig(mode="consistency", temperature=0)
     with pytest.raises(SagoInputError, match="divergence 'js'"):
         StabilityConfig(mode="consistency", divergence="js", teacher="ema")
+    with pytest.raises(SagoInputError, match="field 'unlabeled_task_loss': expected true or false"):
+        StabilityConfig(mode="anchor", unlabeled_task_loss="no")
     with pytest.raises(SagoInputError, match="unknown mode"):
         get_mode("centriod")
 

@@ -295,15 +295,154 @@ def test_unlabeled_item_gets_the_teachers_greedy_tokens_and_no_labels(tmp_path, 
     for blank in ([tok.eos_token_id], [trainer.data_collator.pad_id]):
         with pytest.raises(SagoInputError, match=f"unlabeled training item '{unlabeled['id']}'.*is empty"):
             pending.complete([blank])
-    # Unlabeled prompts alone with both weights 0 have nothing to train on: said, not a NaN loss.
+    # Unlabeled prompts with both weights 0 and no unlabeled_task_loss have nothing to train on: said before the
+    # teacher answers, whether the batch holds only them or labeled items too (not a NaN loss, not a silent skip).
     idle, _ = _train(tmp_path, tok, train=False, config=StabilityConfig(mode="consistency", act_weight=0.0,
                                                                           conf_weight=0.0))
-    with pytest.raises(SagoInputError, match="only unlabeled prompts.*both 0"):
-        idle.compute_loss(idle.model, idle.data_collator([unlabeled]))
-    # Outside the consistency mode an item without a target stays an error.
-    plain, _ = _train(tmp_path, tok, train=False)
-    with pytest.raises(SagoInputError, match="missing field 'target'"):
-        plain.data_collator([items[0], unlabeled])
+    for batch_items in ([unlabeled], [items[0], unlabeled]):
+        with pytest.raises(SagoInputError, match="unlabeled prompts.*both 0 and unlabeled_task_loss is False") as err:
+            idle.compute_loss(idle.model, idle.data_collator(batch_items))
+        assert err.value.key == "conf_weight" and "unlabeled_task_loss=True" in err.value.hint
+    # Outside the consistency mode an item without a target stays an error, unlabeled_task_loss or not.
+    for config in (None, StabilityConfig(mode="anchor", conf_weight=1.0, unlabeled_task_loss=True)):
+        plain, _ = _train(tmp_path, tok, train=False, config=config)
+        with pytest.raises(SagoInputError, match="missing field 'target'"):
+            plain.data_collator([items[0], unlabeled])
+
+
+def _hand_task_loss(model, batch) -> float:
+    """The mean token cross-entropy over every labeled position, each row run alone without padding."""
+    total, count = 0.0, 0
+    for r in range(batch["input_ids"].shape[0]):
+        n = int(batch["attention_mask"][r].sum())
+        ids, labels = batch["input_ids"][r, :n], batch["labels"][r, :n]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids[None]).logits[0].double(), -1)
+        for j in range(1, n):
+            if labels[j] != -100:
+                total, count = total - float(logp[j - 1, labels[j]]), count + 1
+    return total / count
+
+
+@pytest.mark.parametrize("variants", ["all", "canonical"])
+def test_unlabeled_task_loss_trains_the_teachers_answer_as_labels(tmp_path, tok, variants):
+    """BCT: an unlabeled item's rows get the teacher's greedy answer as labels (every variant, or the canonical
+    one only, as the labeled rows), with both weights 0; the task loss is the plain cross-entropy over both."""
+    from sago_train.training.collator import PENDING_KEY
+
+    config = StabilityConfig(mode="consistency", act_weight=0.0, conf_weight=0.0, unlabeled_task_loss=True,
+                             unlabeled_max_new_tokens=6, task_loss_variants=variants)
+    trainer, _ = _train(tmp_path, tok, config=config, train=False)
+    model = trainer.model.eval()
+    items = tiny_groups(2)
+    unlabeled = dict(items[1], target=None)  # canonical 1: not the group's first row
+    full = trainer._sago_answer_unlabeled(model, trainer.data_collator([items[0], unlabeled]).pop(PENDING_KEY))
+    expected = greedy_reference(model, trainer.data_collator.encode_prompt(unlabeled["variants"][1]), 6,
+                                tok.eos_token_id)
+    target = tok(items[0]["target"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    for r in range(full["input_ids"].shape[0]):
+        group, p = int(full["group_index"][r]), int(full["prompt_length"][r])
+        tokens = expected if group == 1 else target
+        labeled = variants == "all" or int(full["variant_index"][r]) == int(full["canonical_index"][r])
+        want = torch.full_like(full["labels"][r], -100)
+        if labeled:
+            want[p : p + len(tokens)] = torch.tensor(tokens)
+        assert full["labels"][r].tolist() == want.tolist(), (r, group)
+    assert int((full["labels"][full["group_index"] == 1] != -100).sum()) == len(expected) * (3 if variants == "all"
+                                                                                             else 1)
+    # The trainer's task loss on that batch (compute_loss answers the pending item itself) is the cross-entropy
+    # of every labeled position, computed by hand row by row.
+    loss = trainer.compute_loss(model, trainer.data_collator([items[0], unlabeled]))
+    assert float(loss.detach()) == pytest.approx(_hand_task_loss(model, full), rel=1e-5)
+    # Without unlabeled_task_loss the same rows carry no labels.
+    off, _ = _train(tmp_path, tok, train=False, config=StabilityConfig(
+        mode="consistency", conf_weight=1.0, unlabeled_max_new_tokens=6, task_loss_variants=variants))
+    none = off._sago_answer_unlabeled(model, off.data_collator([items[0], unlabeled]).pop(PENDING_KEY))
+    assert torch.equal(none["input_ids"], full["input_ids"])
+    assert (none["labels"][none["group_index"] == 1] == -100).all()
+    assert torch.equal(none["labels"][none["group_index"] == 0], full["labels"][full["group_index"] == 0])
+
+
+@pytest.mark.parametrize("conf_weight", [0.0, 1.0])
+def test_unlabeled_task_loss_counts_the_answers_in_the_task_loss_normalization(tmp_path, tok, conf_weight):
+    """In the training loop the teacher answers a step's unlabeled prompts as its micro-batches are fetched, so the
+    Trainer's num_items_in_batch (gradient accumulation 2) counts the answers' label tokens too."""
+    data = tiny_groups(8)
+    for item in data[::2]:
+        item["target"] = None  # half the groups unlabeled (the sampler shuffles them into the micro-batches)
+    config = StabilityConfig(mode="consistency", conf_weight=conf_weight, unlabeled_task_loss=True,
+                             unlabeled_max_new_tokens=4)
+    trainer = StabilityTrainer(model=_lora_model(2), args=_args(tmp_path, gradient_accumulation_steps=2, max_steps=2),
+                               train_dataset=data, processing_class=tok, stability_config=config,
+                               callbacks=[recorder := LogRecorder()])
+    seen, compute_loss = [], trainer.compute_loss
+
+    def spy(model, inputs, return_outputs=False, num_items_in_batch=None):
+        seen.append((inputs["labels"].clone(), inputs.get("sago_unlabeled_share"), num_items_in_batch))
+        return compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+    trainer.compute_loss = spy
+    trainer.train()
+    assert len(seen) == 4
+    # Answered when fetched: compute_loss gets the completed batch with the share of its unlabeled groups.
+    assert sum(share or 0.0 for _, share, _ in seen) == 2.0
+    for step in (seen[:2], seen[2:]):
+        assert all(((labels != -100).sum(1) > 0).all() for labels, _, _ in step)  # every row has labels
+        count = sum(int((labels[:, 1:] != -100).sum()) for labels, _, _ in step)
+        assert all(int(n) == count for _, _, n in step)
+    logs = [log for log in recorder.logs if "loss" in log]
+    assert len(logs) == 2 and all(math.isfinite(log["loss"]) for log in logs)
+    # The share and the task loss are logged with the term and without it (BCT alone: both weights 0).
+    assert sum(log["sago_unlabeled_share"] for log in logs) == pytest.approx(1.0)  # 4 of 8, over 2 steps
+    for log in logs:
+        assert log["sago_task_loss"] > 0
+        assert log["loss"] == pytest.approx(log["sago_task_loss"] + log.get("sago_conf_loss", 0.0), rel=1e-5)
+    assert ("sago_conf_loss" in logs[0]) == bool(conf_weight)
+
+
+def test_relative_weight_scale_in_the_trainer(tmp_path, tok):
+    """weight_scale='relative': the trainer's loss is task * (1 + lambda_act + lambda_conf) in value, its gradient
+    grad(task) + sum of lambda * (task / L).detach() * grad(L) (by hand from StabilityLoss's own terms); a
+    micro-batch of unlabeled prompts only (task loss 0) weighs L_conf by the last labeled batch's ratio."""
+    from sago_train.training.collator import PENDING_KEY
+
+    lam_act, lam_conf = 0.3, 0.5
+    config = StabilityConfig(mode="consistency", act_weight=lam_act, conf_weight=lam_conf, weight_scale="relative",
+                             unlabeled_max_new_tokens=6)
+    trainer, _ = _train(tmp_path, tok, config=config, train=False)
+    model = trainer.model.train()
+    batch = trainer.data_collator(tiny_groups(2))
+
+    def grads():
+        out = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        return out
+
+    model.zero_grad()
+    loss = trainer.compute_loss(model, dict(batch))
+    loss.backward()
+    got = grads()
+    outputs, terms = trainer._sago_loss(model, dict(batch))
+    task, act, conf = outputs.loss, terms.act, terms.conf
+    r_act, r_conf = (task / act).detach(), (task / conf).detach()
+    (task + lam_act * r_act * act + lam_conf * r_conf * conf).backward()
+    by_hand = grads()
+    task_v, conf_v = float(task.detach()), float(conf.detach())
+    assert float(loss.detach()) == pytest.approx(task_v * (1 + lam_act + lam_conf), rel=1e-5)
+    assert conf_v != pytest.approx(task_v, rel=0.1)  # the ratio is not ~1 (a real rescaling)
+    assert got.keys() == by_hand.keys() and got
+    for name, g in got.items():
+        scale = float(by_hand[name].abs().max())  # float32 sums in another order: 1e-6 of the largest entry
+        assert float((g - by_hand[name]).abs().max()) <= 1e-5 * scale, name
+    # Unlabeled prompts only: no task loss, so L_conf (and L_act) keep the ratios of the batch above.
+    item = dict(tiny_groups(1)[0], target=None)
+    full = trainer._sago_answer_unlabeled(model, trainer.data_collator([item, dict(item, id="u2")]).pop(PENDING_KEY))
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, dict(full))
+        _, terms = trainer._sago_loss(model, dict(full))
+    assert float(loss) == pytest.approx(lam_act * float(r_act) * float(terms.act)
+                                        + lam_conf * float(r_conf) * float(terms.conf), rel=1e-5)
+    assert [float(r) for r in trainer._sago_loss.last_ratios] == pytest.approx([float(r_act), float(r_conf)])
 
 
 @pytest.mark.parametrize("teacher", ["self", "ema"])
