@@ -89,11 +89,13 @@ def detect_format(records: list[dict[str, Any]], declared: str, source: str) -> 
 
 
 def validate_groups(
-    records: list[Any], source: str, *, lines: list[int] | None = None, batch_size: int = 1
+    records: list[Any], source: str, *, lines: list[int] | None = None, batch_size: int = 1,
+    allow_unlabeled: bool = False,
 ) -> None:
     """Check every training group (``{variants, target}``) up front, naming the file and line, so that a bad
     record fails before the model loads instead of in the collator in the middle of training. With
-    ``batch_size > 1`` groups are batched together, so they must all have the same number of variants."""
+    ``batch_size > 1`` groups are batched together, so they must all have the same number of variants. With
+    ``allow_unlabeled`` (a stability mode that trains on prompts without targets) a group may have no target."""
     first: tuple[int, int | None] | None = None  # (K, line) of the first group
     for i, rec in enumerate(records):
         line = lines[i] if lines is not None else None
@@ -104,11 +106,11 @@ def validate_groups(
         if "id" in rec:
             where += f" '{rec['id']}'"
         try:
-            group, target = group_of(rec, i, label=where)
+            group, target = group_of(rec, i, label=where, allow_unlabeled=allow_unlabeled)
         except SagoInputError as err:
             raise SagoInputError(err.message, source=source, line=line, key=err.key, hint=err.hint) from None
         long_variant = too_long_variant(group)
-        if long_variant is not None or len(target) > MAX_VARIANT_CHARS:
+        if long_variant is not None or len(target or "") > MAX_VARIANT_CHARS:
             # The collator would tokenize it mid-training; megabytes of text can exhaust memory there.
             what = f"variant {long_variant}" if long_variant is not None else "the target"
             raise SagoInputError(f"{where}: {what} is longer than {MAX_VARIANT_CHARS:,} characters "
@@ -253,7 +255,10 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
     if fmt == "sft":
         _check_sft_lengths(records, src, lines)
     if fmt == "groups":
-        validate_groups(records, src, lines=lines, batch_size=args.per_device_train_batch_size)
+        # A mode that trains on unlabeled prompts (consistency) takes items without a target in the training file.
+        unlabeled = recipe.stability is not None and recipe.stability.stability_mode.unlabeled
+        validate_groups(records, src, lines=lines, batch_size=args.per_device_train_batch_size,
+                        allow_unlabeled=unlabeled)
         if eval_records is not None:
             validate_groups(eval_records, recipe.resolve_path(recipe.data.eval or ""), lines=eval_lines,
                             batch_size=args.per_device_eval_batch_size)

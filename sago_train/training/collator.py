@@ -69,7 +69,8 @@ def group_of(
         raise SagoInputError(
             f"{where}: missing field 'target'",
             key="target",
-            hint="each training group needs the completion shared by all its variants ('target' or 'reference')",
+            hint="each training group needs the completion shared by all its variants ('target' or 'reference'); "
+                 "prompts without one train only in the consistency mode (stability mode: consistency)",
         )
     if target is not None and not isinstance(target, str):
         raise SagoInputError(f"{where}: expected a string target, got {type(target).__name__}", key="target")

@@ -457,3 +457,22 @@ def test_the_real_model_recipe_is_the_experiments_supported_configuration():
     assert StabilityConfig().task_loss_variants == "all"
     assert {"paraphrase", "typo", "capitals"} <= set(recipe.monitor.sets)
     assert recipe.model.path == "sago://smollm2-135m-instruct" and recipe.model.lora is not None
+
+
+def test_a_training_file_may_mix_labeled_groups_and_unlabeled_prompts_in_the_consistency_mode(
+        tmp_path, monkeypatch, capsys, one_thread):
+    """`sago-train run` takes an unlabeled pool in the training file where the mode trains on it, and refuses it
+    before the model loads (file, line, how to fix) where nothing would train on it."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "mixed.jsonl"
+    data.write_text(json.dumps({"id": "a", "variants": ["The opposite of hot is", "The antonym of hot is"],
+                                "target": " cold."}) + "\n" +
+                    json.dumps({"id": "b", "variants": ["The opposite of up is", "The antonym of up is"]}) + "\n")
+    common = ["run", str(DEMO), f"--data.train={data}", "--data.eval=null", "--training.per_device_train_batch_size=2",
+              "--dry-run"]
+    code, out, err = run_cli([*common, "--stability.mode=consistency", "--stability.conf_weight=1.0",
+                              "--stability.unlabeled_max_new_tokens=4"], capsys)
+    assert code == 0, err
+    assert "dry run of 'demo' OK" in out
+    code, _, err = run_cli([*common, "--stability.mode=anchor"], capsys)
+    assert code != 0 and "mixed.jsonl:2" in err and "missing field 'target'" in err and "consistency" in err
