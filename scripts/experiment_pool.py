@@ -155,7 +155,9 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
         run_dir = out / "runs" / arm / f"seed{seed}"
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an interrupted run: start it again
-        extra = [f"--training.seed={seed}"] + ([f"--training.max_steps={args.steps}"] if args.steps else [])
+        extra = [f"--training.seed={seed}"]
+        if args.steps:  # a short run (tests) still logs its losses
+            extra += [f"--training.max_steps={args.steps}", f"--training.logging_steps={min(args.steps, 10)}"]
         extra += [f"--monitor.options.axes=[{','.join(args.axes)}]"] if args.axes else []
         print(f"=== {arm} seed {seed}", flush=True)
         t0 = time.perf_counter()
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-base", action="store_true", help="skip the untrained model's reference evaluation")
     ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder")
     ap.add_argument("--summary-only", action="store_true", help="recompute the summary from existing records")
+    ap.add_argument("--plan-seeds", type=int, default=None,
+                    help="project the primary test's power to this many seeds (a pilot's records planning the run)")
     ap.add_argument("--publish", default=None, metavar="DIR", help="also copy the summary and the gzipped records")
     args = ap.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -224,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from experiment_pool_summary import write_summary
 
-    text = write_summary(out, baseline=BASELINE)
+    text = write_summary(out, baseline=BASELINE, planned_seeds=args.plan_seeds)
     print(text)
     if args.publish:
         publish(out, Path(args.publish), names=("summary.md", "summary.json", "timings.jsonl", "losses.jsonl"))

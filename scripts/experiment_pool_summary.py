@@ -74,11 +74,13 @@ def level(ends: dict, arm: str, part: str, endpoint: str) -> dict[str, Any] | No
     return {"mean": ci.mean, "ci_low": ci.ci_low, "ci_high": ci.ci_high, "facts": len(facts), "seeds": len(seeds)}
 
 
-def power(base: np.ndarray, other: np.ndarray, m: int) -> dict[str, Any]:
+def power(base: np.ndarray, other: np.ndarray, m: int, seeds: int | None = None) -> dict[str, Any]:
     """The primary test's power, from the ``[facts, seeds]`` grids: the claim needs both the seeds' one-sided
     t-test and the facts' Wilcoxon at Holm's first threshold ``ALPHA / m``. For each: the effect detectable at
     ``POWER`` with the units there are, and the units needed for ``EFFECT`` (the Wilcoxon by its asymptotic
-    relative efficiency 3/pi to the t-test).
+    relative efficiency 3/pi to the t-test). The facts' test runs on per-fact means over seeds, whose spread
+    shrinks with more seeds: with the differences as fact + seed + residual (two-way, no interaction), its SD at
+    ``seeds`` seeds is sqrt(tau^2 + sigma^2 / seeds) (``facts["sd_at"]``, and the same figures under ``"at"``).
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -107,17 +109,30 @@ def power(base: np.ndarray, other: np.ndarray, m: int) -> dict[str, Any]:
         return 10_000
 
     d = other - base
-    sd_seeds = float(d.mean(0).std(ddof=1)) if d.shape[1] > 1 else float("nan")
+    n_f, n_s = d.shape
+    sd_seeds = float(d.mean(0).std(ddof=1)) if n_s > 1 else float("nan")
     sd_facts = float(d.mean(1).std(ddof=1))
+    if n_s > 1 and n_f > 1:
+        resid = d - d.mean(1, keepdims=True) - d.mean(0, keepdims=True) + d.mean()
+        sigma2 = float((resid ** 2).sum() / ((n_f - 1) * (n_s - 1)))
+        tau2 = max(sd_facts ** 2 - sigma2 / n_s, 0.0)
+    else:
+        sigma2, tau2 = float("nan"), float("nan")
+    at = seeds or n_s
+    sd_at = float(np.sqrt(tau2 + sigma2 / at)) if np.isfinite(sigma2) else sd_facts
     are = 3 / np.pi
-    return {"alpha": alpha, "effect": EFFECT, "power": POWER,
-            "seeds": {"n": int(d.shape[1]), "sd": sd_seeds, "detectable": detectable(sd_seeds, d.shape[1]),
-                      "needed": needed(sd_seeds) if np.isfinite(sd_seeds) else None},
-            "facts": {"n": int(d.shape[0]), "sd": sd_facts, "detectable": detectable(sd_facts, d.shape[0], are),
-                      "needed": needed(sd_facts, are)}}
+    return {"alpha": alpha, "effect": EFFECT, "power": POWER, "seeds_at": at,
+            "seeds": {"n": int(n_s), "sd": sd_seeds, "detectable": detectable(sd_seeds, n_s),
+                      "detectable_at": detectable(sd_seeds, at), "needed": needed(sd_seeds) if np.isfinite(sd_seeds) else None},
+            "facts": {"n": int(n_f), "sd": sd_facts, "detectable": detectable(sd_facts, n_f, are),
+                      "needed": needed(sd_facts, are), "tau": float(np.sqrt(tau2)) if np.isfinite(tau2) else None,
+                      "sigma": float(np.sqrt(sigma2)) if np.isfinite(sigma2) else None, "sd_at": sd_at,
+                      "detectable_at": detectable(sd_at, n_f, are), "needed_at": needed(sd_at, are)}}
 
 
-def summarize(rows: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], baseline: str, planned_seeds: int | None = None) -> dict[str, Any]:
+    """Every arm's levels and tests against ``baseline``, the positive control and the primary test's power
+    (projected to ``planned_seeds`` seeds where given: a pilot's records planning the experiment); JSON-able."""
     from sago_train.functional.multiplicity import holm
 
     ends = fact_endpoints(rows)
@@ -142,7 +157,7 @@ def summarize(rows: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
     part, endpoint = PRIMARY
     for a in trained:
         if a != baseline:
-            result["power"][a] = power(*grids(ends, a, baseline, part, endpoint)[:2], m)
+            result["power"][a] = power(*grids(ends, a, baseline, part, endpoint)[:2], m, planned_seeds)
     if "control-kl" in arms and "canonical" in arms:  # the positive control against the arm without its term
         result["control"] = {f"{p}/{e}": compare(*grids(ends, "control-kl", "canonical", p, e)[:2], alt)
                              for p in ("labeled", "instances") for e, (_, alt) in ENDPOINTS.items() if e != "canonical"}
@@ -197,13 +212,20 @@ def markdown(s: dict[str, Any], losses: list[dict[str, Any]], walls: dict[str, f
               f"−{s['margin']})", "", "| arm | Δ [95% CI] | non-inferior |", "|---|---:|---|"]
     for a, t in tests["instances/canonical"].items():
         lines.append(f"| {a} | {_ci(t, 'diff')} | {'yes' if t['ci_low'] > -s['margin'] else 'no'} |")
+    at = next(iter(s["power"].values()))["seeds_at"] if s["power"] else 0
     lines += ["", f"### Power of the primary test (one-sided, α = 0.05 / {len(s['power'])} arms, {POWER:.0%} power)",
-              "", "| arm | SD of per-seed Δ | detectable Δ with the seeds | seeds for 0.02 | SD of per-fact Δ | "
-              "detectable Δ with the facts | facts for 0.02 |", "|---|---:|---:|---:|---:|---:|---:|"]
+              "", "The claim needs both tests. Seeds: the t-test of the per-seed differences. Facts: the Wilcoxon "
+              "over the per-fact means over seeds, whose SD at S seeds is sqrt(tau² + sigma²/S) (tau: the facts' "
+              f"own spread, sigma: the residual; columns 'at {at} seeds').", "",
+              f"| arm | SD per-seed Δ | detectable (seeds now / at {at}) | seeds for 0.02 | tau, sigma | "
+              f"SD per-fact Δ at {at} seeds | detectable with the facts at {at} seeds | facts for 0.02 at {at} "
+              "seeds |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for a, p in s["power"].items():
         ps, pf = p["seeds"], p["facts"]
-        lines.append(f"| {a} | {ps['sd']:.4f} | {ps['detectable']:.4f} ({ps['n']} seeds) | {ps['needed']} | "
-                     f"{pf['sd']:.4f} | {pf['detectable']:.4f} ({pf['n']} facts) | {pf['needed']} |")
+        ts = "—" if pf["tau"] is None else f"{pf['tau']:.3f}, {pf['sigma']:.3f}"
+        lines.append(f"| {a} | {ps['sd']:.4f} | {ps['detectable']:.3f} ({ps['n']}) / {ps['detectable_at']:.3f} | "
+                     f"{ps['needed']} | {ts} | {pf['sd_at']:.4f} | {pf['detectable_at']:.3f} ({pf['n']}) | "
+                     f"{pf['needed_at']} |")
     if losses:
         by: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in losses:
@@ -222,14 +244,14 @@ def markdown(s: dict[str, Any], losses: list[dict[str, Any]], walls: dict[str, f
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out: Path, *, baseline: str) -> str:
+def write_summary(out: Path, *, baseline: str, planned_seeds: int | None = None) -> str:
     """``out/summary.json`` and ``out/summary.md`` from ``out``'s records (or their committed ``.gz``)."""
     from sago_train.functional.stats import to_jsonable
 
     rows = read_jsonl(out / "records.jsonl")
     if not rows:
         raise SystemExit(f"{out / 'records.jsonl'}: no records; run the experiment first")
-    summary = summarize(rows, baseline)
+    summary = summarize(rows, baseline, planned_seeds)
     walls: dict[str, float] = defaultdict(float)
     for t in read_jsonl(out / "timings.jsonl"):
         walls[t["arm"]] += float(t["wall_s"])

@@ -135,3 +135,21 @@ def test_pipeline_end_to_end(tmp_path, monkeypatch):
     assert set(summary["tests"]["instances/accuracy"]) == {"pool-kl-1", "pool-bct"}
     before = (tmp_path / "records.jsonl").read_text()
     assert pool.main(args) == 0 and (tmp_path / "records.jsonl").read_text() == before  # a rerun resumes
+
+
+def test_power_projects_the_facts_spread_to_more_seeds():
+    """Differences built as fact effect (SD tau) + seed shift + residual (SD sigma): the two-way decomposition
+    recovers tau and sigma, and the per-fact SD at S seeds is sqrt(tau^2 + sigma^2 / S), as measured on a grid
+    simulated with S seeds."""
+    rng = np.random.default_rng(3)
+    tau, sigma, n_f = 0.08, 0.17, 400
+    fact = rng.normal(0, tau, (n_f, 1))
+
+    def grid(n_s):
+        return fact + rng.normal(0, 0.02, (1, n_s)) + rng.normal(0, sigma, (n_f, n_s))
+
+    p = psumm.power(np.zeros((n_f, 4)), grid(4), 1, seeds=20)
+    assert p["facts"]["tau"] == pytest.approx(tau, rel=0.15) and p["facts"]["sigma"] == pytest.approx(sigma, rel=0.05)
+    measured = grid(20).mean(1).std(ddof=1)
+    assert p["facts"]["sd_at"] == pytest.approx(measured, rel=0.1)
+    assert p["seeds_at"] == 20 and p["facts"]["detectable_at"] < p["facts"]["detectable"]

@@ -149,9 +149,16 @@ class PromptRenderer:
         return ids
 
     def stop_inside(self, target: str) -> str | None:
-        """A stop string that occurs inside ``target`` (evaluation would cut the answer there), else None."""
+        """A stop string that occurs inside ``target`` before its end (evaluation would cut the answer there),
+        else None: a target that ends with a stop (" Paris." with the stop ".") is judged on all it says.
+
+        Example:
+            >>> r = PromptRenderer.__new__(PromptRenderer); r.stop_strings = (".",)
+            >>> r.stop_inside(" Paris."), r.stop_inside(" St. Louis.")
+            (None, '.')
+        """
         body = target.strip()
-        return next((s for s in self.stop_strings if s in body), None)
+        return next((s for s in self.stop_strings if s in (body[:-len(s)] if body.endswith(s) else body)), None)
 
 
 def context_length(model: nn.Module) -> int | None:

@@ -111,6 +111,9 @@ def test_end_token_once_and_stops_inside_a_target_warned(instruct_tok):
     collate = VariantGroupCollator(instruct_tok, stop_strings=["\n"])
     with pytest.warns(UserWarning, match="holds the stop string"):
         collate([{"variants": ["a?", "b?"], "target": "Heron.\nMore text"}])
+    with warnings.catch_warnings():  # a target that ends with the stop is judged on all it says: no warning
+        warnings.simplefilter("error")
+        VariantGroupCollator(instruct_tok, stop_strings=["."])([{"variants": ["a?", "b?"], "target": " Heron."}])
     plain = make_byte_tokenizer()  # a template of plain text: auto feeds strings as they are, as evaluation does
     assert VariantGroupCollator(plain).chat_template == SAGOEvaluator(make_tiny_model(), plain).chat_template == "never"
 
