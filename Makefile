@@ -101,7 +101,7 @@ demo-real-arms: $(STAMP)
 		--out $(DEMO_REAL) --arms canonical,augment,relative --baseline augment
 
 # The findings across models (sago-train study): the two real models and two adapters of the real demo (its
-# canonical and augment arms; `make demo-real-arms` runs first if they are not there), a seeded 12 groups of each
+# canonical and augment arms; `make demo-real-arms` runs first if they are not there), every group of each
 # bundled real set, then rankings per set, Kendall's tau, robust rank flips and runs/study/report/report.md.
 STUDY ?= runs/study
 study: $(STAMP)

@@ -153,3 +153,21 @@ def test_power_projects_the_facts_spread_to_more_seeds():
     measured = grid(20).mean(1).std(ddof=1)
     assert p["facts"]["sd_at"] == pytest.approx(measured, rel=0.1)
     assert p["seeds_at"] == 20 and p["facts"]["detectable_at"] < p["facts"]["detectable"]
+
+
+PILOT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "experiment-pool" / "pilot"
+
+
+def test_the_committed_pilot_summary_is_computed_from_its_records(tmp_path):
+    """benchmarks/results/experiment-pool/pilot: the summary the docs quote, recomputed from the committed
+    records (planned at 20 seeds, as docs/loss-experiment.md states), is the committed one."""
+    import shutil
+
+    for name in ("records.jsonl.gz", "timings.jsonl", "losses.jsonl"):
+        shutil.copyfile(PILOT / name, tmp_path / name)
+    assert psumm.write_summary(tmp_path, baseline=pool.BASELINE, planned_seeds=20) == (PILOT / "summary.md").read_text()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "loss-experiment.md").read_text()
+    for row in (PILOT / "summary.md").read_text().splitlines():
+        if row.startswith(("| 0.3 |", "| 1 |", "| pool-kl-0.3 | 0.0146")) or (
+                row.startswith(("| pool-kl-0.3 | 0.", "| pool-kl-1 | 0.", "| pool-bct | 0.")) and "[" in row):
+            assert row in docs, row
