@@ -149,21 +149,27 @@ def _commit() -> str:
         return ""
 
 
+def eval_flags(recipe_path: Path, axes: list[str] | None) -> tuple[dict[str, Any], list[str]]:
+    """The recipe (parsed) and the `sago-train eval` flags that evaluate a model as its monitor does (``axes``
+    replacing the recipe's where given): the untrained model's reference evaluation."""
+    import yaml
+
+    recipe = yaml.safe_load(recipe_path.read_text())
+    opts = recipe["monitor"]["options"]
+    flags = ["--axes", ",".join(axes or opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
+             "--batch-size", str(opts["batch_size"]), "--max-groups", "0", "--n-bootstrap", str(opts["n_bootstrap"])]
+    return recipe, flags + [x for stop in opts.get("stop_strings", []) for x in ("--stop", stop)]
+
+
 def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]]) -> int:
     """The untrained model on every rotation's sets, with the recipe's evaluation options: a reference level
     (arm ``base``, seed -1), not an arm the tests compare."""
-    import yaml
-
     from sago_train.cli.main import main as cli
 
     records = out / "records.jsonl"
     if ("base", -1, "all") in recorded(args, out):
         return 0
-    recipe = yaml.safe_load((ROOT / "recipes" / f"experiment-loss-{args.model}.yaml").read_text())
-    opts = recipe["monitor"]["options"]
-    flags = ["--axes", ",".join(args.axes or opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
-             "--batch-size", str(opts["batch_size"]), "--max-groups", "0", "--n-bootstrap", str(opts["n_bootstrap"])]
-    flags += [x for stop in opts.get("stop_strings", []) for x in ("--stop", stop)]
+    recipe, flags = eval_flags(ROOT / "recipes" / f"experiment-loss-{args.model}.yaml", args.axes)
     eval_dir = out / "runs" / "base"
     t0 = time.perf_counter()
     code = cli(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,

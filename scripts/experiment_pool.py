@@ -34,7 +34,15 @@ os.environ.setdefault("WANDB_MODE", "offline")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiment_loss import _commit, done_runs, publish, run_shards, trim_records, write_recipe  # noqa: E402
+from experiment_loss import (  # noqa: E402
+    _commit,
+    done_runs,
+    eval_flags,
+    publish,
+    run_shards,
+    trim_records,
+    write_recipe,
+)
 from experiment_pool_sets import FRESH_KINDS  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "experiment-pool-tiny.yaml"
@@ -108,17 +116,11 @@ def _append(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
     """The untrained model on every set (arm ``base``, seed -1): a reference level, never tested."""
-    import yaml
-
     from sago_train.cli.main import main as cli
 
     if ("base", -1, "all") in done_runs(out / "records.jsonl") | _also_done(args):
         return 0
-    recipe = yaml.safe_load(RECIPE.read_text())
-    opts = recipe["monitor"]["options"]
-    flags = ["--axes", ",".join(args.axes or opts["axes"]), "--max-new-tokens", str(opts["max_new_tokens"]),
-             "--batch-size", str(opts["batch_size"]), "--max-groups", "0", "--n-bootstrap", str(opts["n_bootstrap"])]
-    flags += [x for stop in opts.get("stop_strings", []) for x in ("--stop", stop)]
+    recipe, flags = eval_flags(RECIPE, args.axes)
     eval_dir = out / "runs" / "base"
     t0 = time.perf_counter()
     code = cli(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,
