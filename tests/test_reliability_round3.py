@@ -632,3 +632,16 @@ def test_the_cpu_bound_scales_with_this_machines_imports_but_still_catches_work(
     assert_bounded(Limited(2, "", "", 1.0, 1.0, 0))
     with pytest.raises(AssertionError, match="took 1000.0 CPU seconds"):
         assert_bounded(Limited(2, "", "", 1000.0, 1000.0, 0))
+
+
+def test_the_measured_peak_rss_is_the_childs_own_not_the_workers():
+    """A pytest worker that grew (here by 1.2 GB) must not inflate the child's measured peak: Linux keeps the
+    forking process's high-water mark in ru_maxrss across exec, which once failed the corrupt-history test in CI."""
+    import numpy as np
+
+    from ._helpers.limited import run_cli_limited as measured
+
+    small = measured(["--version"]).peak_rss
+    ballast = np.ones(int(1.2e9) // 8)
+    after = measured(["--version"]).peak_rss
+    assert ballast.sum() > 0 and after < small + 200 * 2**20 and after < 2**30, (small, after)

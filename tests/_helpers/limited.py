@@ -2,8 +2,11 @@
 
 Issue 12's bound: every bad input ends in one line within 10 s and under 2 GB. The child gets an address-space
 limit (``RLIMIT_AS``; importing torch and loading the tiny model fit in 1.5 GiB, measured) and a wall-clock
-timeout (a hang, e.g. a FIFO read, fails the test instead of stalling it); its CPU seconds and peak RSS come
-from ``wait4`` on that one child, so they do not depend on the machine's load or on other children.
+timeout (a hang, e.g. a FIFO read, fails the test instead of stalling it); its CPU seconds come from ``wait4`` on
+that one child, so they do not depend on the machine's load or on other children. Its peak RSS is the child's own
+``VmHWM`` (``/proc/<pid>/status``, read every 50 ms while it runs): Linux carries the forking process's high-water
+mark into ``ru_maxrss`` across the child's exec, so after a test that grew the pytest worker to 1.4 GB, ``wait4``
+reported 1.4 GB for a child that used a fraction of it (measured in CI). ``ru_maxrss`` is the fallback elsewhere.
 """
 
 from __future__ import annotations
@@ -49,6 +52,18 @@ def _child_env() -> dict[str, str]:
                 OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
+def _vm_hwm(pid: int) -> int:
+    """The process's own peak resident set in bytes (``VmHWM``), or 0 where /proc does not say (not Linux, exited)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def run_cli_limited(argv: list[str], *, cwd: Path | None = None, wall_limit_s: float = WALL_LIMIT_S,
                     env: dict[str, str] | None = None) -> Limited:
     """``python -m sago_train.cli.main ARGV`` under ``MEMORY_LIMIT``; kills its process group on timeout. ``env``:
@@ -69,7 +84,9 @@ def run_cli_limited(argv: list[str], *, cwd: Path | None = None, wall_limit_s: f
                for name, stream in (("out", proc.stdout), ("err", proc.stderr))]
     for t in readers:
         t.start()
+    hwm = 0
     while True:
+        hwm = max(hwm, _vm_hwm(proc.pid))
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
@@ -85,7 +102,7 @@ def run_cli_limited(argv: list[str], *, cwd: Path | None = None, wall_limit_s: f
     for t in readers:
         t.join()
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting again
-    rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    rss = hwm or usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     return Limited(proc.returncode, chunks["out"].decode(errors="replace"), chunks["err"].decode(errors="replace"),
                    usage.ru_utime + usage.ru_stime, wall, rss)
 
