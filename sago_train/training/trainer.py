@@ -202,13 +202,17 @@ class StabilityTrainerMixin:
         return {**answered, **{k: batch[k] for k in (DRAWN_KEY,) if k in batch}, SHARE_KEY: pending.share}
 
     # ------------------------------------------------------------------------------------------- loss
-    def _sago_loss_is_scaled_for_ga(self, num_items_in_batch: Any) -> bool:
-        """Mirror of ``Trainer.training_step``: is the task loss already normalized over the whole
-        accumulated batch (so that the Trainer will not divide it by the accumulation steps)?"""
+    def _sago_accumulation(self, training: bool, num_items_in_batch: Any) -> tuple[int, bool]:
+        """``(accumulation steps, scaled)``, mirroring ``Trainer.training_step``: is the task loss already
+        normalized over the whole accumulated batch (so that the Trainer will not divide it by the steps)?
+        Outside training: ``(1, False)``."""
+        if not training:
+            return 1, False
+        ga = max(int(getattr(self, "current_gradient_accumulation_steps", 1) or 1), 1)
         explicit = getattr(self, "loss_is_scaled_for_ga", None)
         if explicit is not None:
-            return bool(explicit)
-        return bool(
+            return ga, bool(explicit)
+        return ga, bool(
             (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or self.compute_loss_func is not None
         )
 
@@ -246,10 +250,8 @@ class StabilityTrainerMixin:
             out = super().compute_loss(  # type: ignore[misc]
                 model, model_inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
             if groups is not None:  # variant groups with no term (augmentation, BCT): the task loss and share
-                ga = max(int(getattr(self, "current_gradient_accumulation_steps", 1) or 1), 1) if model.training else 1
-                self._sago_record(model.training, out[0] if return_outputs else out, None, None, ga,
-                                  model.training and self._sago_loss_is_scaled_for_ga(num_items_in_batch), (0.0, 0.0),
-                                  unlabeled)
+                self._sago_record(model.training, out[0] if return_outputs else out, None, None,
+                                  *self._sago_accumulation(model.training, num_items_in_batch), (0.0, 0.0), unlabeled)
             return out
         # The plain Trainer has the outputs anyway: their logits let the loss check, once, that projecting
         # the captured final hidden states reproduces them (and fall back to them otherwise).
@@ -277,8 +279,7 @@ class StabilityTrainerMixin:
         )
         act_weight, conf_weight = cfg.weights_at(self.state.global_step)
         training = model.training
-        ga = max(int(getattr(self, "current_gradient_accumulation_steps", 1) or 1), 1) if training else 1
-        scaled = training and self._sago_loss_is_scaled_for_ga(num_items_in_batch)
+        ga, scaled = self._sago_accumulation(training, num_items_in_batch)
         # weight_scale 'relative' compares each term with the micro-batch's task loss, in the units of a
         # per-micro-batch mean (a loss normalized over the accumulated batch is its 1/ga share).
         extra = self._sago_loss.weighted(terms, task_loss * ga if scaled else task_loss, act_weight, conf_weight,
