@@ -114,15 +114,16 @@ study: $(STAMP)
 # The pool experiment (docs/loss-experiment.md#the-pool-experiment): the tiny model learns an answer format from 16
 # labeled facts, with 48 unlabeled facts' prompts as a pool; 8 arms (canonical, augment, the KL term on the pool at
 # 4 weights, BCT on the pool, a positive control) x SEEDS (default 0-19), evaluated on 40 held-out facts and on the
-# training facts; records and the summary under runs/experiment-pool/tiny/. A rerun resumes. SHARDS processes of
-# one thread each, their records merged.
+# training facts; records and the summary under runs/experiment-pool/$(MODEL)/. A rerun resumes. SHARDS processes
+# of one thread each, their records merged. MODEL=smollm2: canonical, augment and the tiny model's best term arm,
+# seeds 0-7, on SmolLM2-135M-Instruct (recipes/experiment-pool-smollm2.yaml).
 SEEDS ?=
 SHARDS ?= 2
 ARGS ?=
 experiment-loss: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
-		$(PY) scripts/experiment_pool.py $(if $(SEEDS),--seeds $(SEEDS)) --shards $(SHARDS) \
-		--out runs/experiment-pool/tiny $(ARGS)
+		$(PY) scripts/experiment_pool.py --model $(MODEL) $(if $(SEEDS),--seeds $(SEEDS)) --shards $(SHARDS) \
+		--out runs/experiment-pool/$(MODEL) $(ARGS)
 
 # The first loss experiment (docs/loss-experiment.md#the-first-experiment): six training arms (canonical,
 # augmentation on fixed or fresh perturbations, self-distillation with KL or JS, the default relative loss) x SEEDS x

@@ -2,8 +2,8 @@
 consistency term on an **unlabeled pool** of the task's prompts, where augmentation cannot act, beat augmentation
 of the labeled set?
 
-    python scripts/experiment_pool.py [--seeds 0,...,19] [--arms a,b,...] [--shards 2]
-                                      [--out runs/experiment-pool/tiny] [--summary-only] [--publish DIR]
+    python scripts/experiment_pool.py [--model tiny|smollm2] [--seeds 0,...,19] [--arms a,b,...] [--shards 2]
+                                      [--out runs/experiment-pool/<model>] [--summary-only] [--publish DIR]
 
 The tiny model learns an answer format it lacks (``" Paris, indeed."``, scripts/experiment_pool_sets.py) from 16
 labeled facts; the prompts of 48 more facts are the unlabeled pool; 40 facts are held out. Every arm trains
@@ -14,6 +14,11 @@ labeled). SAGO evaluates the held-out and the training facts at the last step; p
 correctness and log-probabilities per variant) go to ``<out>/records.jsonl``, the training log (task and term
 losses, the unlabeled share, per logging step) to ``<out>/losses.jsonl``. A finished (arm, seed) is skipped on a
 rerun. The summary (scripts/experiment_pool_summary.py) is computed from the records alone.
+
+``--model smollm2`` runs the same design on SmolLM2-135M-Instruct (``recipes/experiment-pool-smollm2.yaml``: the
+real sets' templated facts as chat questions, :func:`experiment_pool_sets.real_facts`) with the arms the design
+names for it: ``canonical``, ``augment`` and the tiny model's best term arm (:func:`best_term_arm`, read from the
+tiny model's published summary).
 """
 
 from __future__ import annotations
@@ -45,9 +50,16 @@ from experiment_loss import (  # noqa: E402
 )
 from experiment_pool_sets import FRESH_KINDS  # noqa: E402
 
-RECIPE = ROOT / "recipes" / "experiment-pool-tiny.yaml"
+RECIPES = {"tiny": ROOT / "recipes" / "experiment-pool-tiny.yaml",
+           "smollm2": ROOT / "recipes" / "experiment-pool-smollm2.yaml"}
 BASELINE = "augment"
-SEEDS = ",".join(map(str, range(20)))
+#: Training seeds per model: 20 on the tiny model (the pilot's power analysis); on SmolLM2, as many as a session's
+#: budget allows (a pool run there is several minutes on one core).
+SEEDS = {"tiny": ",".join(map(str, range(20))), "smollm2": ",".join(map(str, range(8)))}
+#: Held-out groups per held-out fact: 40 x 2 on the tiny model, 71 x 1 on SmolLM2 (its evaluation is the cost).
+DRAWS = {"tiny": 2, "smollm2": 1}
+#: Where the tiny model's summary is published; SmolLM2's default arms read its best term arm from it.
+TINY_SUMMARY = ROOT / "benchmarks" / "results" / "experiment-pool" / "tiny" / "summary.json"
 #: The evaluated sets: held-out facts (``instances``: the trained kinds; ``kinds``: kinds never trained) and the
 #: training facts themselves (``labeled``, ``pool``).
 EVAL_SETS = ("instances", "kinds", "labeled", "pool")
@@ -67,10 +79,10 @@ def _dose(w: float) -> str:
     return f"{w:g}"
 
 
-def arms() -> dict[str, tuple[str, list[str]]]:
-    """``{arm: (training file, overrides)}``; ``labeled`` trains the 16 labeled groups, ``mixed`` them and the
-    unlabeled pool (batch 32)."""
-    pool = ["--training.per_device_train_batch_size=32"]
+def arms(batch: int = 8) -> dict[str, tuple[str, list[str]]]:
+    """``{arm: (training file, overrides)}``; ``labeled`` trains the 16 labeled groups (the recipe's ``batch``),
+    ``mixed`` them and the unlabeled pool (4 x ``batch``: the same labeled items a step on average)."""
+    pool = [f"--training.per_device_train_batch_size={4 * batch}"]
     table: dict[str, tuple[str, list[str]]] = {
         "canonical": ("labeled", ["--stability.task_loss_variants=canonical", *_OFF, *_FRESH]),
         BASELINE: ("labeled", ["--stability.task_loss_variants=all", *_OFF, *_FRESH]),
@@ -91,11 +103,30 @@ def arms() -> dict[str, tuple[str, list[str]]]:
 ARMS = tuple(arms())
 
 
-def build_sets(out: Path, data_seed: int, draws: int) -> dict[str, Path]:
+def best_term_arm(summary: Path = TINY_SUMMARY) -> str:
+    """The term arm (neither ``canonical`` nor the baseline) with the largest primary-endpoint difference against
+    ``augment`` in a published summary: the one SmolLM2 runs, fixed by the tiny model's result, win or not."""
+    if not summary.exists():
+        raise SystemExit(f"{summary}: the tiny model's summary is not published; run `make experiment-loss` first "
+                         f"or pass --arms")
+    tests = json.loads(summary.read_text())["tests"]["instances/accuracy"]
+    terms = {arm: t["diff"] for arm, t in tests.items() if arm not in ("canonical", BASELINE, "base")}
+    if not terms:
+        raise SystemExit(f"{summary}: no term arm in tests['instances/accuracy']; pass --arms")
+    return max(terms, key=lambda arm: terms[arm])
+
+
+def recipe_batch(model: str) -> int:
+    import yaml
+
+    return int(yaml.safe_load(RECIPES[model].read_text())["training"]["per_device_train_batch_size"])
+
+
+def build_sets(out: Path, data_seed: int, draws: int, model: str = "tiny") -> dict[str, Path]:
     """The experiment's files under ``out/sets`` (deterministic), plus ``train-mixed`` (labeled + pool)."""
     from experiment_pool_sets import write
 
-    paths = write(out / "sets", data_seed, draws)
+    paths = write(out / "sets", data_seed, draws, model)
     mixed = out / "sets" / "train-mixed.jsonl"
     mixed.write_text(paths["train-labeled"].read_text() + paths["train-pool"].read_text())
     return {**paths, "train-mixed": mixed}
@@ -120,14 +151,14 @@ def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, Path]) ->
 
     if ("base", -1, "all") in done_runs(out / "records.jsonl") | _also_done(args):
         return 0
-    recipe, flags = eval_flags(RECIPE, args.axes)
+    recipe, flags = eval_flags(RECIPES[args.model], args.axes)
     eval_dir = out / "runs" / "base"
     t0 = time.perf_counter()
     code = cli(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,
                 *(x for name in EVAL_SETS for x in ("--set", f"{name}-all={sets[name]}"))])
     if code:
         return code
-    meta = {"model": "tiny", "arm": "base", "seed": -1, "run": "all"}
+    meta = {"model": args.model, "arm": "base", "seed": -1, "run": "all"}
     _append(out / "records.jsonl", [_with_fact(r) for r in trim_records(eval_dir, meta, step_dir=eval_dir)])
     _append(out / "timings.jsonl", [{**meta, "wall_s": round(time.perf_counter() - t0, 1), "commit": _commit()}])
     return 0
@@ -144,7 +175,7 @@ def _also_done(args: argparse.Namespace) -> set[tuple[str, int, str]]:
 def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
     from sago_train.cli.main import main as cli
 
-    table = arms()
+    table = arms(recipe_batch(args.model))
     done = done_runs(out / "records.jsonl") | _also_done(args)
     monitored = {f"{name}-all": sets[name] for name in EVAL_SETS}
     shard, shards = args.shard
@@ -153,11 +184,11 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
         if index % shards != shard or (arm, seed, "all") in done:
             continue
         data, overrides = table[arm]
-        recipe = write_recipe(RECIPE, out / "recipes" / f"{data}.yaml", sets[f"train-{data}"], monitored)
+        recipe = write_recipe(RECIPES[args.model], out / "recipes" / f"{data}.yaml", sets[f"train-{data}"], monitored)
         run_dir = out / "runs" / arm / f"seed{seed}"
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an interrupted run: start it again
-        extra = [f"--training.seed={seed}"]
+        extra = [f"--training.seed={seed}", *(["--training.use_cpu=false"] * args.accelerator)]
         if args.steps:  # a short run (tests) still logs its losses
             extra += [f"--training.max_steps={args.steps}", f"--training.logging_steps={min(args.steps, 10)}"]
         extra += [f"--monitor.options.axes=[{','.join(args.axes)}]"] if args.axes else []
@@ -167,7 +198,7 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
         if code:
             return code
         wall = time.perf_counter() - t0
-        meta = {"model": "tiny", "arm": arm, "seed": seed, "run": "all"}
+        meta = {"model": args.model, "arm": arm, "seed": seed, "run": "all"}
         _append(out / "losses.jsonl", training_log(run_dir, meta))
         _append(out / "records.jsonl", [_with_fact(r) for r in trim_records(run_dir, meta)])
         _append(out / "timings.jsonl", [{**meta, "wall_s": round(wall, 1), "commit": _commit()}])
@@ -179,10 +210,15 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", default=SEEDS, help="training seeds, shared by every arm (default 0-19)")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
+    ap.add_argument("--model", choices=tuple(RECIPES), default="tiny")
+    ap.add_argument("--seeds", default=None, help="training seeds, shared by every arm (default 0-19 on tiny, 0-7 on "
+                    "smollm2)")
+    ap.add_argument("--arms", default=None, help=f"comma-separated, from {', '.join(ARMS)} (default: all on tiny; "
+                    "canonical, augment and the tiny model's best term arm on smollm2)")
     ap.add_argument("--data-seed", type=int, default=0, help="seed of the fact split and the perturbation draws")
-    ap.add_argument("--draws", type=int, default=2, help="held-out groups per held-out fact (their own noise draws)")
+    ap.add_argument("--draws", type=int, default=None, help="held-out groups per held-out fact (their own noise "
+                    "draws; default 2 on tiny, 1 on smollm2)")
+    ap.add_argument("--accelerator", action="store_true", help="train on the accelerator (the recipes say use_cpu)")
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps (tests)")
     ap.add_argument("--axes", default=None, help="comma-separated axes every evaluation computes (default: the "
                     "recipe's)")
@@ -190,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=1, help="run in N processes of one thread each, then merge")
     ap.add_argument("--also-done", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out", default="runs/experiment-pool/tiny")
+    ap.add_argument("--out", default=None, help="default runs/experiment-pool/<model>")
     ap.add_argument("--no-base", action="store_true", help="skip the untrained model's reference evaluation")
     ap.add_argument("--keep-runs", action="store_true", help="keep each run's folder")
     ap.add_argument("--summary-only", action="store_true", help="recompute the summary from existing records")
@@ -198,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="project the primary test's power to this many seeds (a pilot's records planning the run)")
     ap.add_argument("--publish", default=None, metavar="DIR", help="also copy the summary and the gzipped records")
     args = ap.parse_args(argv)
-    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.seeds = [int(s) for s in (args.seeds or SEEDS[args.model]).split(",") if s.strip()]
+    args.draws = DRAWS[args.model] if args.draws is None else args.draws
+    if args.arms is None:
+        args.arms = ",".join(ARMS if args.model == "tiny" else ("canonical", BASELINE, best_term_arm()))
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.axes = [a.strip() for a in args.axes.split(",") if a.strip()] if args.axes else None
     unknown = [a for a in args.arms if a not in ARMS]
@@ -208,21 +247,21 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--arms must include the baseline {BASELINE!r}: every test is paired against it")
     shard, shards = (int(x) for x in args.shard.split("/"))
     args.shard = (shard, shards)
-    out = Path(args.out)
+    out = Path(args.out or f"runs/experiment-pool/{args.model}")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.shards > 1 and not args.summary_only:
-        common = ["--seeds", ",".join(map(str, args.seeds)), "--arms", ",".join(args.arms), "--data-seed",
+        common = ["--model", args.model, "--seeds", ",".join(map(str, args.seeds)), "--arms", ",".join(args.arms), "--data-seed",
                   str(args.data_seed), "--draws", str(args.draws), "--also-done", str(out / "records.jsonl"),
                   "--no-summary", *(["--steps", str(args.steps)] if args.steps else []),
                   *(["--axes", ",".join(args.axes)] if args.axes else []), *(["--no-base"] * args.no_base),
-                  *(["--keep-runs"] * args.keep_runs)]
+                  *(["--keep-runs"] * args.keep_runs), *(["--accelerator"] * args.accelerator)]
         code = run_shards(args, out, script=__file__, common=common,
                           extra=("records.jsonl", "timings.jsonl", "losses.jsonl"))
         if code:
             return code
     elif not args.summary_only:
-        sets = build_sets(out, args.data_seed, args.draws)
+        sets = build_sets(out, args.data_seed, args.draws, args.model)
         code = run_all(args, out, sets) or (0 if args.no_base or shard else evaluate_base(args, out, sets))
         if code:
             return code

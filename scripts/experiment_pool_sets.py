@@ -18,6 +18,11 @@ sets, per held-out fact and draw ``d`` (ids ``<fact>#d<d>``):
   trained, lower casing, and a prompt template, ``Q: ...`` or ``Fact: ...``);
 
 and, to measure the training groups too, ``labeled`` and ``pool`` with the ``instances`` layout (one draw).
+
+On SmolLM2-135M-Instruct (``model="smollm2"``) the facts are the templated families of the bundled real sets
+(capitals, opposites, arithmetic: 135 facts, :func:`real_facts`), each phrasing a question sent as the user
+message; the answer is ``"Paris, indeed."`` and the end of the turn. The split is the same (16 labeled, 48 in the
+pool), so 71 facts are held out.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,22 +55,86 @@ class Fact:
     id: str
     prompts: dict[str, str]
     answer: str
+    #: Other right answers (the real sets' aliases: "small" or "little"); the target uses ``answer``.
+    aliases: tuple[str, ...] = ()
+    #: The prompt is the user message of a chat (SmolLM2), the target the assistant's turn and its end.
+    chat: bool = False
 
     @property
     def target(self) -> str:
-        return f" {self.answer}, indeed."
+        return f"{self.answer}, indeed.<|im_end|>" if self.chat else f" {self.answer}, indeed."
 
     @property
-    def reference(self) -> str:
-        return f"{self.answer}, indeed"
+    def reference(self) -> str | list[str]:
+        refs = [f"{a}, indeed" for a in (self.answer, *self.aliases)]
+        return refs if self.aliases else refs[0]
+
+    def variant(self, text: str) -> str | list[dict[str, str]]:
+        """``text`` (a phrasing, perturbed or not) as the model is asked it."""
+        return [{"role": "user", "content": text}] if self.chat else text
 
 
-def facts() -> list[Fact]:
-    """Every fact the tiny model was trained on (scripts/build_tiny_model.py), in every phrasing."""
+def facts(model: str = "tiny") -> list[Fact]:
+    """The model's facts in every phrasing: the tiny model's own (scripts/build_tiny_model.py), or SmolLM2's
+    (:func:`real_facts`)."""
+    if model == "smollm2":
+        return real_facts()
+    if model != "tiny":
+        raise ValueError(f"model {model!r}: expected 'tiny' or 'smollm2'")
     from build_tiny_model import FAMILIES, slug
 
     return [Fact(f"{fam.name}-{slug(s)}", {k: fam.prompt(k, s) for k in fam.templates}, a)
             for fam in FAMILIES for s, a in fam.facts]
+
+
+_OPS = {"+": ("plus", "If you add {a} and {b}, what do you get?"),
+        "-": ("minus", "If you take {b} away from {a}, what is left?"),
+        "*": ("times", "If you multiply {a} by {b}, what do you get?")}
+#: SmolLM2's phrasings per real family (``{s}``: the subject; arithmetic: ``{a} {op} {b}``, ``{w}`` the operator
+#: in words). ``canonical`` and ``alt`` are the real sets' own canonical and paraphrase questions; the other four
+#: were written for this experiment, before it ran.
+REAL_TEMPLATES = {
+    "capitals": {"canonical": "What is the capital of {s}?", "alt": "Which city is the capital city of {s}?",
+                 "question": "Can you tell me the capital of {s}?", "terse": "Capital of {s}?",
+                 "alt2": "Name the capital city of {s}.", "inverted": "{s}'s capital is which city?"},
+    "opposites": {"canonical": "What is the opposite of '{s}'?", "alt": "Which word means the reverse of '{s}'?",
+                  "question": "Can you tell me the opposite of '{s}'?", "terse": "Opposite of '{s}'?",
+                  "alt2": "Name the antonym of '{s}'.", "inverted": "'{s}' is the opposite of which word?"},
+    "arithmetic": {"canonical": "What is {a} {op} {b}?", "alt": "{alt}",
+                   "question": "Can you tell me what {a} {op} {b} is?", "terse": "{a} {op} {b} = ?",
+                   "alt2": "Name the result of {a} {w} {b}.", "inverted": "{a} {w} {b} equals what?"},
+}
+_REAL_QUESTION = {"capitals": re.compile(r"What is the capital of (?P<s>[^?]+)\?"),
+                  "opposites": re.compile(r"What is the opposite of '(?P<s>[^']+)'\?"),
+                  "arithmetic": re.compile(r"What is (?P<a>\d+) (?P<op>[-+*]) (?P<b>\d+)\?")}
+
+
+def real_facts() -> list[Fact]:
+    """SmolLM2's facts: every group of the bundled real sets capitals, opposites and arithmetic
+    (sago_train/assets/sets/real; science has no common template), parsed from its canonical question and asked
+    in the six phrasings of :data:`REAL_TEMPLATES`. A question that does not parse is an error, not a skip."""
+    from experiment_loss_sets import plain_question
+
+    from sago_train.data import VariantSet
+
+    out = []
+    for family, templates in REAL_TEMPLATES.items():
+        path = ROOT / "sago_train" / "assets" / "sets" / "real" / f"{family}.jsonl"
+        for g in VariantSet.from_jsonl(path, name=family):
+            question = plain_question(g.variants[g.canonical])
+            m = _REAL_QUESTION[family].fullmatch(question)
+            if m is None:
+                raise ValueError(f"{path}: group {g.id!r}: canonical question {question!r} does not match "
+                                 f"{_REAL_QUESTION[family].pattern!r}")
+            fields = m.groupdict()
+            if family == "arithmetic":
+                word, alt = _OPS[fields["op"]]
+                fields.update(w=word, alt=alt.format(**fields))
+            refs = [g.reference] if isinstance(g.reference, str) else list(g.reference)
+            refs = [r.strip() for r in refs]
+            out.append(Fact(g.id, {k: t.format(**fields) for k, t in templates.items()}, refs[0],
+                            tuple(refs[1:]), chat=True))
+    return out
 
 
 def split(all_facts: list[Fact], seed: int) -> dict[str, list[Fact]]:
@@ -101,31 +171,31 @@ def _lower(prompt: str) -> str:
 
 
 def training_group(f: Fact, *, labeled: bool) -> dict[str, Any]:
-    row = {"id": f.id, "variants": [f.prompts["canonical"], *(f.prompts[k] for k in TRAINED_PHRASINGS)],
+    row = {"id": f.id, "variants": [f.variant(f.prompts[k]) for k in ("canonical", *TRAINED_PHRASINGS)],
            "kinds": ["canonical", *TRAINED_PHRASINGS]}
     return {**row, "target": f.target} if labeled else row
 
 
 def instances_group(f: Fact, gid: str, seed: int) -> dict[str, Any]:
     canonical = f.prompts["canonical"]
-    return {"id": gid, "variants": [canonical, *(f.prompts[k] for k in TRAINED_PHRASINGS),
-                                    *_drawn(canonical, gid, list(FRESH_KINDS), seed)],
+    texts = [canonical, *(f.prompts[k] for k in TRAINED_PHRASINGS), *_drawn(canonical, gid, list(FRESH_KINDS), seed)]
+    return {"id": gid, "variants": [f.variant(t) for t in texts],
             "kinds": ["canonical", *TRAINED_PHRASINGS, *FRESH_KINDS], "reference": f.reference,
             "meta": {"fact": f.id}}
 
 
 def kinds_group(f: Fact, gid: str, seed: int) -> dict[str, Any]:
     canonical = f.prompts["canonical"]
-    return {"id": gid, "variants": [canonical, *(f.prompts[k] for k in HELD_OUT_PHRASINGS), _lower(canonical),
-                                    _templated(canonical, gid, seed)],
+    texts = [canonical, *(f.prompts[k] for k in HELD_OUT_PHRASINGS), _lower(canonical), _templated(canonical, gid, seed)]
+    return {"id": gid, "variants": [f.variant(t) for t in texts],
             "kinds": ["canonical", *HELD_OUT_PHRASINGS, "casing", "template"], "reference": f.reference,
             "meta": {"fact": f.id}}
 
 
-def build(seed: int, draws: int) -> dict[str, list[dict[str, Any]]]:
+def build(seed: int, draws: int, model: str = "tiny") -> dict[str, list[dict[str, Any]]]:
     """Every file of the experiment as lists of JSON records: ``train-labeled``, ``train-pool`` (training),
     ``instances``, ``kinds`` (held-out facts), ``labeled`` and ``pool`` (the training facts, measured)."""
-    parts = split(facts(), seed)
+    parts = split(facts(model), seed)
     held = [(f, f"{f.id}#d{d}") for f in parts["held_out"] for d in range(draws)]
     return {
         "train-labeled": [training_group(f, labeled=True) for f in parts["labeled"]],
@@ -137,11 +207,11 @@ def build(seed: int, draws: int) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def write(out: Path, seed: int, draws: int) -> dict[str, Path]:
+def write(out: Path, seed: int, draws: int, model: str = "tiny") -> dict[str, Path]:
     """Write :func:`build`'s files as ``out/<name>.jsonl`` (the same bytes for the same seed)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, rows in build(seed, draws).items():
+    for name, rows in build(seed, draws, model).items():
         paths[name] = out / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return paths

@@ -47,6 +47,40 @@ def test_the_sets_carry_the_kinds_and_only_labeled_items_have_targets():
     assert psets.build(0, 2) == b
 
 
+def test_smollm2_facts_are_the_real_sets_templated_families_asked_as_chat_questions():
+    fs = psets.facts("smollm2")
+    assert len(fs) == 135 and len({f.id for f in fs}) == 135  # 45 capitals, 45 opposites, 45 sums
+    by_id = {f.id: f for f in fs}
+    france = by_id["capital-france"]
+    assert france.prompts["canonical"] == "What is the capital of France?"
+    assert france.prompts["alt"] == "Which city is the capital city of France?"  # the real set's own paraphrase
+    assert france.target == "Paris, indeed.<|im_end|>" and france.reference == "Paris, indeed"
+    assert by_id["opposite-big"].reference == ["small, indeed", "little, indeed"]  # the set's aliases
+    times = next(f for f in fs if "*" in f.prompts["canonical"])
+    assert "multiply" in times.prompts["alt"] and " times " in times.prompts["inverted"]
+    assert all(len(set(f.prompts.values())) == 6 for f in fs)  # six distinct phrasings per fact
+    parts = psets.split(fs, 0)
+    assert [len(parts[k]) for k in ("labeled", "pool", "held_out")] == [16, 48, 71]
+    b = psets.build(0, 1, "smollm2")
+    g = b["instances"][0]
+    assert all(isinstance(v, list) and v[0]["role"] == "user" for v in g["variants"])
+    assert g["variants"][0][0]["content"] == by_id[g["meta"]["fact"]].prompts["canonical"]
+    assert b["train-labeled"][0]["target"].endswith(", indeed.<|im_end|>")
+    with pytest.raises(ValueError, match="expected 'tiny' or 'smollm2'"):
+        psets.facts("gpt2")
+
+
+def test_smollm2_runs_the_tiny_models_best_term_arm(tmp_path):
+    tests = {"canonical": {"diff": 0.09}, "pool-kl-0.3": {"diff": 0.04}, "pool-bct": {"diff": 0.05},
+             "pool-kl-1": {"diff": -0.4}}
+    (tmp_path / "summary.json").write_text(json.dumps({"tests": {"instances/accuracy": tests}}))
+    assert pool.best_term_arm(tmp_path / "summary.json") == "pool-bct"  # canonical is not a term arm
+    with pytest.raises(SystemExit, match="not published"):
+        pool.best_term_arm(tmp_path / "missing.json")
+    assert pool.recipe_batch("smollm2") == 4 and pool.recipe_batch("tiny") == 8
+    assert pool.arms(4)["pool-kl-1"][1][-2] == "--training.per_device_train_batch_size=16"
+
+
 def _rec(arm, seed, part, gid, correct, conf, kinds=("canonical", "a", "b")):
     return {"arm": arm, "seed": seed, "run": "all", "set": part, "id": gid, "fact": gid.split("#")[0],
             "kinds": list(kinds), "correct": correct, "confidence": conf, "step": 60}
