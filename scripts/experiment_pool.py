@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from experiment_pool_summary import write_summary
 
-    text = write_summary(out, baseline=BASELINE, planned_seeds=args.plan_seeds)
+    text = write_summary(out, baseline=BASELINE, planned_seeds=args.plan_seeds, order=ARMS)
     print(text)
     if args.publish:
         publish(out, Path(args.publish), names=("summary.md", "summary.json", "timings.jsonl", "losses.jsonl"))

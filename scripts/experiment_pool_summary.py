@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,13 +131,19 @@ def power(base: np.ndarray, other: np.ndarray, m: int, seeds: int | None = None)
                       "detectable_at": detectable(sd_at, n_f, are), "needed_at": needed(sd_at, are)}}
 
 
-def summarize(rows: list[dict[str, Any]], baseline: str, planned_seeds: int | None = None) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], baseline: str, planned_seeds: int | None = None,
+              order: Sequence[str] = ()) -> dict[str, Any]:
     """Every arm's levels and tests against ``baseline``, the positive control and the primary test's power
     (projected to ``planned_seeds`` seeds where given: a pilot's records planning the experiment); JSON-able."""
     from sago_train.functional.multiplicity import holm
 
     ends = fact_endpoints(rows)
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    # Tables list the arms in ``order`` (the design's), the baseline first and the untrained model last, whatever
+    # order the shards recorded them in; an arm ``order`` does not name follows in record order.
+    seen = list(dict.fromkeys(r["arm"] for r in rows))
+    named = [baseline, *(a for a in order if a != baseline)]
+    arms = [a for a in named if a in seen] + [a for a in seen if a not in named and a != "base"] + \
+        (["base"] if "base" in seen else [])
     trained = [a for a in arms if a != "base"]
     result: dict[str, Any] = {"baseline": baseline, "margin": MARGIN, "levels": {}, "tests": {}, "power": {}}
     for part in [p for p in SETS if any(k[2] == p for k in ends)]:
@@ -244,14 +251,14 @@ def markdown(s: dict[str, Any], losses: list[dict[str, Any]], walls: dict[str, f
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out: Path, *, baseline: str, planned_seeds: int | None = None) -> str:
+def write_summary(out: Path, *, baseline: str, planned_seeds: int | None = None, order: Sequence[str] = ()) -> str:
     """``out/summary.json`` and ``out/summary.md`` from ``out``'s records (or their committed ``.gz``)."""
     from sago_train.functional.stats import to_jsonable
 
     rows = read_jsonl(out / "records.jsonl")
     if not rows:
         raise SystemExit(f"{out / 'records.jsonl'}: no records; run the experiment first")
-    summary = summarize(rows, baseline, planned_seeds)
+    summary = summarize(rows, baseline, planned_seeds, order)
     walls: dict[str, float] = defaultdict(float)
     for t in read_jsonl(out / "timings.jsonl"):
         walls[t["arm"]] += float(t["wall_s"])

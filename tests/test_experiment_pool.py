@@ -199,9 +199,30 @@ def test_the_committed_pilot_summary_is_computed_from_its_records(tmp_path):
 
     for name in ("records.jsonl.gz", "timings.jsonl", "losses.jsonl"):
         shutil.copyfile(PILOT / name, tmp_path / name)
-    assert psumm.write_summary(tmp_path, baseline=pool.BASELINE, planned_seeds=20) == (PILOT / "summary.md").read_text()
+    assert psumm.write_summary(tmp_path, baseline=pool.BASELINE, planned_seeds=20, order=pool.ARMS) == (PILOT / "summary.md").read_text()
     docs = (Path(__file__).resolve().parents[1] / "docs" / "loss-experiment.md").read_text()
     for row in (PILOT / "summary.md").read_text().splitlines():
         if row.startswith(("| 0.3 |", "| 1 |", "| pool-kl-0.3 | 0.0146")) or (
                 row.startswith(("| pool-kl-0.3 | 0.", "| pool-kl-1 | 0.", "| pool-bct | 0.")) and "[" in row):
             assert row in docs, row
+
+
+TINY = PILOT.parent / "tiny"
+
+
+def test_the_published_tiny_summary_is_computed_from_its_records_and_quoted_in_the_docs(tmp_path):
+    """benchmarks/results/experiment-pool/tiny: the 20-seed summary the docs and the README quote, recomputed from
+    the committed records, is the committed one; the primary table's rows are in docs/loss-experiment.md."""
+    import gzip
+
+    (tmp_path / "records.jsonl").write_bytes(gzip.decompress((TINY / "records.jsonl.gz").read_bytes()))
+    for name in ("timings.jsonl", "losses.jsonl"):
+        (tmp_path / name).write_bytes((TINY / name).read_bytes())
+    text = psumm.write_summary(tmp_path, baseline=pool.BASELINE, order=pool.ARMS)
+    assert text == (TINY / "summary.md").read_text()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "loss-experiment.md").read_text()
+    primary = text.split("### Every set")[0]
+    rows = [r for r in primary.splitlines() if r.startswith("| ") and "] |" in r and not r.startswith(("| base", "| arm"))]
+    assert len(rows) == 8
+    for row in rows:
+        assert row in docs, row
