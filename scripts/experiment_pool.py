@@ -54,7 +54,7 @@ RECIPES = {"tiny": ROOT / "recipes" / "experiment-pool-tiny.yaml",
            "smollm2": ROOT / "recipes" / "experiment-pool-smollm2.yaml"}
 BASELINE = "augment"
 #: Training seeds per model: 20 on the tiny model (the pilot's power analysis); on SmolLM2, as many as a session's
-#: budget allows (a pool run there is several minutes on one core).
+#: budget allows (a pool run there is about 1.7 h on one core, docs/loss-experiment.md).
 SEEDS = {"tiny": ",".join(map(str, range(20))), "smollm2": ",".join(map(str, range(8)))}
 #: Held-out groups per held-out fact: 40 x 2 on the tiny model, 71 x 1 on SmolLM2 (its evaluation is the cost).
 DRAWS = {"tiny": 2, "smollm2": 1}
