@@ -116,7 +116,7 @@ study: $(STAMP)
 # 4 weights, BCT on the pool, a positive control) x SEEDS (default 0-19), evaluated on 40 held-out facts and on the
 # training facts; records and the summary under runs/experiment-pool/$(MODEL)/. A rerun resumes. SHARDS processes
 # of one thread each, their records merged. MODEL=smollm2: canonical, augment and the tiny model's best term arm,
-# seeds 0-7, on SmolLM2-135M-Instruct (recipes/experiment-pool-smollm2.yaml).
+# seeds 0-5, on SmolLM2-135M-Instruct (recipes/experiment-pool-smollm2.yaml).
 SEEDS ?=
 SHARDS ?= 2
 ARGS ?=

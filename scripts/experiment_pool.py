@@ -53,9 +53,9 @@ from experiment_pool_sets import FRESH_KINDS  # noqa: E402
 RECIPES = {"tiny": ROOT / "recipes" / "experiment-pool-tiny.yaml",
            "smollm2": ROOT / "recipes" / "experiment-pool-smollm2.yaml"}
 BASELINE = "augment"
-#: Training seeds per model: 20 on the tiny model (the pilot's power analysis); on SmolLM2, as many as a session's
-#: budget allows (a pool run there is about 1.7 h on one core, docs/loss-experiment.md).
-SEEDS = {"tiny": ",".join(map(str, range(20))), "smollm2": ",".join(map(str, range(8)))}
+#: Training seeds per model: 20 on the tiny model (the pilot's power analysis); 6 on SmolLM2, fixed on cost before
+#: any pool-arm result was read (a pool run there is about 24 min on 2 threads, docs/loss-experiment.md).
+SEEDS = {"tiny": ",".join(map(str, range(20))), "smollm2": ",".join(map(str, range(6)))}
 #: Held-out groups per held-out fact: 40 x 2 on the tiny model, 71 x 1 on SmolLM2 (its evaluation is the cost).
 DRAWS = {"tiny": 2, "smollm2": 1}
 #: Where the tiny model's summary is published; SmolLM2's default arms read its best term arm from it.
@@ -164,6 +164,35 @@ def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, Path]) ->
     return 0
 
 
+def reset_peak_rss() -> bool:
+    """Start this process's resident-set high-water mark (``VmHWM``) afresh, so that the next read is one run's peak
+    (Linux: ``/proc/self/clear_refs``); False where that is not possible (the peak is then not recorded)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_mb(field: str = "VmHWM") -> float | None:
+    """This process's peak resident set since :func:`reset_peak_rss` (``field="VmRSS"``: the current one), in MiB;
+    None where /proc does not say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def torch_threads() -> int:
+    """The intra-op threads the runs use (the timings depend on it)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _with_fact(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "fact": row["id"].split("#", 1)[0]}
 
@@ -193,6 +222,9 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
             extra += [f"--training.max_steps={args.steps}", f"--training.logging_steps={min(args.steps, 10)}"]
         extra += [f"--monitor.options.axes=[{','.join(args.axes)}]"] if args.axes else []
         print(f"=== {arm} seed {seed}", flush=True)
+        # The run's peak memory beside its time (the cost docs/stability-loss.md states); runs share this process.
+        peak = reset_peak_rss()
+        rss_start = peak_rss_mb("VmRSS")  # what the process holds already (an earlier run's freed memory kept)
         t0 = time.perf_counter()
         code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}", "--output-dir", str(run_dir), *overrides, *extra])
         if code:
@@ -201,8 +233,12 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
         meta = {"model": args.model, "arm": arm, "seed": seed, "run": "all"}
         _append(out / "losses.jsonl", training_log(run_dir, meta))
         _append(out / "records.jsonl", [_with_fact(r) for r in trim_records(run_dir, meta)])
-        _append(out / "timings.jsonl", [{**meta, "wall_s": round(wall, 1), "commit": _commit()}])
-        print(f"=== {arm} seed {seed}: {wall:.0f} s", flush=True)
+        rss = peak_rss_mb() if peak else None
+        threads = torch_threads()
+        _append(out / "timings.jsonl", [{**meta, "wall_s": round(wall, 1), "peak_rss_mb": rss,
+                                         "rss_start_mb": rss_start, "threads": threads,
+                                         "commit": _commit()}])
+        print(f"=== {arm} seed {seed}: {wall:.0f} s, peak RSS {rss} MiB on {threads} thread(s)", flush=True)
         if not args.keep_runs:
             shutil.rmtree(run_dir)
     return 0
@@ -211,7 +247,7 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=tuple(RECIPES), default="tiny")
-    ap.add_argument("--seeds", default=None, help="training seeds, shared by every arm (default 0-19 on tiny, 0-7 on "
+    ap.add_argument("--seeds", default=None, help="training seeds, shared by every arm (default 0-19 on tiny, 0-5 on "
                     "smollm2)")
     ap.add_argument("--arms", default=None, help=f"comma-separated, from {', '.join(ARMS)} (default: all on tiny; "
                     "canonical, augment and the tiny model's best term arm on smollm2)")
