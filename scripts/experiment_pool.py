@@ -12,8 +12,8 @@ and data order, and differs only in its stability section (and, for the arms tha
 file and a batch 4x as large, so that each step still has 8 labeled items on average: UDA's 3 unlabeled per
 labeled). SAGO evaluates the held-out and the training facts at the last step; per-group records (every axis,
 correctness and log-probabilities per variant) go to ``<out>/records.jsonl``, the training log (task and term
-losses, the unlabeled share, per logging step) to ``<out>/losses.jsonl``. A finished (arm, seed) is skipped on a
-rerun. The summary (scripts/experiment_pool_summary.py) is computed from the records alone.
+losses, the unlabeled share, per logging step) to ``<out>/losses.jsonl``, its wall time and peak memory to
+``<out>/timings.jsonl`` (each run in a process of its own). A finished (arm, seed) is skipped on a rerun. The summary (scripts/experiment_pool_summary.py) is computed from the records alone.
 
 ``--model smollm2`` runs the same design on SmolLM2-135M-Instruct (``recipes/experiment-pool-smollm2.yaml``: the
 real sets' templated facts as chat questions, :func:`experiment_pool_sets.real_facts`) with the arms the design
@@ -27,8 +27,10 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,50 +149,67 @@ def _append(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def evaluate_base(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
     """The untrained model on every set (arm ``base``, seed -1): a reference level, never tested."""
-    from sago_train.cli.main import main as cli
-
     if ("base", -1, "all") in done_runs(out / "records.jsonl") | _also_done(args):
         return 0
     recipe, flags = eval_flags(RECIPES[args.model], args.axes)
     eval_dir = out / "runs" / "base"
-    t0 = time.perf_counter()
-    code = cli(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,
-                *(x for name in EVAL_SETS for x in ("--set", f"{name}-all={sets[name]}"))])
+    code, wall, rss = run_child(["eval", "--model", recipe["model"]["path"], "--out", str(eval_dir), "--quiet", *flags,
+                                 *(x for name in EVAL_SETS for x in ("--set", f"{name}-all={sets[name]}"))])
     if code:
         return code
     meta = {"model": args.model, "arm": "base", "seed": -1, "run": "all"}
     _append(out / "records.jsonl", [_with_fact(r) for r in trim_records(eval_dir, meta, step_dir=eval_dir)])
-    _append(out / "timings.jsonl", [{**meta, "wall_s": round(time.perf_counter() - t0, 1), "commit": _commit()}])
+    _append(out / "timings.jsonl", [{**meta, "wall_s": round(wall, 1), "peak_rss_mb": rss, "threads": run_threads(),
+                                     "commit": _commit()}])
     return 0
 
 
-def reset_peak_rss() -> bool:
-    """Start this process's resident-set high-water mark (``VmHWM``) afresh, so that the next read is one run's peak
-    (Linux: ``/proc/self/clear_refs``); False where that is not possible (the peak is then not recorded)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
+#: How a run's process starts: this interpreter, this checkout's sago_train.
+SAGO_TRAIN = (sys.executable, "-m", "sago_train.cli.main")
 
 
-def peak_rss_mb(field: str = "VmHWM") -> float | None:
-    """This process's peak resident set since :func:`reset_peak_rss` (``field="VmRSS"``: the current one), in MiB;
-    None where /proc does not say."""
+def run_child(argv: list[str], command: Sequence[str] = SAGO_TRAIN) -> tuple[int, float, float | None]:
+    """``sago-train ARGV`` (``command`` + ARGV) in a process of its own: (exit code, wall seconds, its peak resident
+    set in MiB).
+
+    A process per run: in one process, the runs after a pool run inherited its allocator's memory (9 GB held at
+    the next run's start) and their first steps ran several times slower, half their CPU in the kernel. The peak
+    is the child's own ``VmHWM`` read from /proc every 0.2 s while it runs (a run's peak lasts its training steps) (Linux carries the parent's high-water mark into
+    ``ru_maxrss`` across exec, tests/_helpers/limited.py); ``ru_maxrss`` where /proc does not say (None: neither)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*command, *argv], cwd=ROOT, env=env)
+    hwm = 0
+    while True:
+        hwm = max(hwm, _vm_hwm_kib(proc.pid))
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.2)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting again
+    kib = hwm or (usage.ru_maxrss // (1024 if sys.platform == "darwin" else 1))
+    return proc.returncode, time.perf_counter() - t0, (round(kib / 1024, 1) if kib else None)
+
+
+def _vm_hwm_kib(pid: int) -> int:
+    """A process's own peak resident set in KiB (``VmHWM``), or 0 where /proc does not say."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return round(int(line.split()[1]) / 1024, 1)
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
     except (OSError, ValueError, IndexError):
-        return None
-    return None
+        pass
+    return 0
 
 
-def torch_threads() -> int:
-    """The intra-op threads the runs use (the timings depend on it)."""
+def run_threads() -> int:
+    """The intra-op threads a run's process uses (its timings depend on it): OMP_NUM_THREADS, else torch's
+    default."""
     import torch
 
-    return torch.get_num_threads()
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else torch.get_num_threads()
 
 
 def _with_fact(row: dict[str, Any]) -> dict[str, Any]:
@@ -202,8 +221,6 @@ def _also_done(args: argparse.Namespace) -> set[tuple[str, int, str]]:
 
 
 def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
-    from sago_train.cli.main import main as cli
-
     table = arms(recipe_batch(args.model))
     done = done_runs(out / "records.jsonl") | _also_done(args)
     monitored = {f"{name}-all": sets[name] for name in EVAL_SETS}
@@ -222,21 +239,15 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
             extra += [f"--training.max_steps={args.steps}", f"--training.logging_steps={min(args.steps, 10)}"]
         extra += [f"--monitor.options.axes=[{','.join(args.axes)}]"] if args.axes else []
         print(f"=== {arm} seed {seed}", flush=True)
-        # The run's peak memory beside its time (the cost docs/stability-loss.md states); runs share this process.
-        peak = reset_peak_rss()
-        rss_start = peak_rss_mb("VmRSS")  # what the process holds already (an earlier run's freed memory kept)
-        t0 = time.perf_counter()
-        code = cli(["run", str(recipe), "--name", f"{arm}-s{seed}", "--output-dir", str(run_dir), *overrides, *extra])
+        code, wall, rss = run_child(["run", str(recipe), "--name", f"{arm}-s{seed}", "--output-dir", str(run_dir),
+                                     *overrides, *extra])
         if code:
             return code
-        wall = time.perf_counter() - t0
         meta = {"model": args.model, "arm": arm, "seed": seed, "run": "all"}
         _append(out / "losses.jsonl", training_log(run_dir, meta))
         _append(out / "records.jsonl", [_with_fact(r) for r in trim_records(run_dir, meta)])
-        rss = peak_rss_mb() if peak else None
-        threads = torch_threads()
-        _append(out / "timings.jsonl", [{**meta, "wall_s": round(wall, 1), "peak_rss_mb": rss,
-                                         "rss_start_mb": rss_start, "threads": threads,
+        threads = run_threads()
+        _append(out / "timings.jsonl", [{**meta, "wall_s": round(wall, 1), "peak_rss_mb": rss, "threads": threads,
                                          "commit": _commit()}])
         print(f"=== {arm} seed {seed}: {wall:.0f} s, peak RSS {rss} MiB on {threads} thread(s)", flush=True)
         if not args.keep_runs:
