@@ -13,7 +13,8 @@ file and a batch 4x as large, so that each step still has 8 labeled items on ave
 labeled). SAGO evaluates the held-out and the training facts at the last step; per-group records (every axis,
 correctness and log-probabilities per variant) go to ``<out>/records.jsonl``, the training log (task and term
 losses, the unlabeled share, per logging step) to ``<out>/losses.jsonl``, its wall time and peak memory to
-``<out>/timings.jsonl`` (each run in a process of its own). A finished (arm, seed) is skipped on a rerun. The summary (scripts/experiment_pool_summary.py) is computed from the records alone.
+``<out>/timings.jsonl`` (each run in a process of its own). A finished (arm, seed) is skipped on a rerun. The
+summary (scripts/experiment_pool_summary.py) is computed from the records alone.
 
 ``--model smollm2`` runs the same design on SmolLM2-135M-Instruct (``recipes/experiment-pool-smollm2.yaml``: the
 real sets' templated facts as chat questions, :func:`experiment_pool_sets.real_facts`) with the arms the design
@@ -174,8 +175,9 @@ def run_child(argv: list[str], command: Sequence[str] = SAGO_TRAIN) -> tuple[int
 
     A process per run: in one process, the runs after a pool run inherited its allocator's memory (9 GB held at
     the next run's start) and their first steps ran several times slower, half their CPU in the kernel. The peak
-    is the child's own ``VmHWM`` read from /proc every 0.2 s while it runs (a run's peak lasts its training steps) (Linux carries the parent's high-water mark into
-    ``ru_maxrss`` across exec, tests/_helpers/limited.py); ``ru_maxrss`` where /proc does not say (None: neither)."""
+    is the child's own ``VmHWM``, read from /proc every 0.2 s while it runs (a run's peak lasts its training steps;
+    Linux carries the parent's high-water mark into ``ru_maxrss`` across exec, tests/_helpers/limited.py);
+    ``ru_maxrss`` where /proc does not say (None: neither)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
     proc = subprocess.Popen([*command, *argv], cwd=ROOT, env=env)
