@@ -302,11 +302,14 @@ def test_the_readme_quotes_the_committed_loss_summaries():
     readme = (root / "README.md").read_text()
     para = readme[readme.index("**`make experiment-loss`**"):readme.index("**Two real models offline**")]
     pool = (root / "benchmarks" / "results" / "experiment-pool" / "tiny" / "summary.md").read_text()
+    real = (root / "benchmarks" / "results" / "experiment-pool" / "smollm2" / "summary.md").read_text()
     first = (root / "benchmarks" / "results" / "experiment-loss" / "tiny" / "summary.md").read_text()
     cis = re.findall(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", para)
-    assert len(cis) == 2, cis
+    assert len(cis) == 3, cis
     assert cis[0] == "+0.054 [+0.022, +0.088]" and f"| {cis[0]} | 0.00019 | 1.9e-06 | 0.0013 |" in pool
-    assert cis[1] in first
+    assert f"| pool-kl-0.3 | 0.220 [0.146, 0.303] | {cis[1]} | 0.95 | 0.72 | 1 |" in real and "Holm p 1)" in para
+    assert "243 min" in para and "total 242.6 min" in real
+    assert cis[2] in first
     assert "| pool-bct | 0.207 [0.118, 0.319] | -0.284 [" in pool and "(-0.284)" in para
     assert "18\nof 20 seeds" in para or "18 of 20 seeds" in para.replace("\n", " ")
     assert pool.split("pool-kl-0.3 | 0.545")[1].split("`")[1].count("+") == 18

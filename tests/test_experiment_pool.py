@@ -226,21 +226,64 @@ def test_the_committed_pilot_summary_is_computed_from_its_records(tmp_path):
 
 
 TINY = PILOT.parent / "tiny"
+SMOLLM2 = PILOT.parent / "smollm2"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "loss-experiment.md"
+
+
+def _recomputed(published: Path, tmp_path: Path) -> str:
+    """The summary written from ``published``'s committed records, timings and losses, after checking it is the
+    committed ``summary.md``."""
+    import gzip
+
+    (tmp_path / "records.jsonl").write_bytes(gzip.decompress((published / "records.jsonl.gz").read_bytes()))
+    for name in ("timings.jsonl", "losses.jsonl"):
+        (tmp_path / name).write_bytes((published / name).read_bytes())
+    text = psumm.write_summary(tmp_path, baseline=pool.BASELINE, order=pool.ARMS)
+    assert text == (published / "summary.md").read_text()
+    return text
 
 
 def test_the_published_tiny_summary_is_computed_from_its_records_and_quoted_in_the_docs(tmp_path):
     """benchmarks/results/experiment-pool/tiny: the 20-seed summary the docs and the README quote, recomputed from
     the committed records, is the committed one; the primary table's rows are in docs/loss-experiment.md."""
-    import gzip
-
-    (tmp_path / "records.jsonl").write_bytes(gzip.decompress((TINY / "records.jsonl.gz").read_bytes()))
-    for name in ("timings.jsonl", "losses.jsonl"):
-        (tmp_path / name).write_bytes((TINY / name).read_bytes())
-    text = psumm.write_summary(tmp_path, baseline=pool.BASELINE, order=pool.ARMS)
-    assert text == (TINY / "summary.md").read_text()
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "loss-experiment.md").read_text()
+    text = _recomputed(TINY, tmp_path)
+    docs = DOCS.read_text()
     primary = text.split("### Every set")[0]
     rows = [r for r in primary.splitlines() if r.startswith("| ") and "] |" in r and not r.startswith(("| base", "| arm"))]
     assert len(rows) == 8
+    for row in rows:
+        assert row in docs, row
+
+
+def test_cost_is_the_median_of_the_runs_measured_alone():
+    """The cost table's figures by hand: runs without ``threads`` are left out, a peak inherited from an earlier
+    run in the same process is left out, medians, ratios to the baseline; the docstring example runs too."""
+    import doctest
+
+    timings = [{"arm": "augment", "wall_s": w, "threads": 2, "peak_rss_mb": m} for w, m in ((250, 4700), (260, 4800))]
+    timings += [{"arm": "augment", "wall_s": 900.0},  # shared cores, before threads were recorded
+                {"arm": "pool", "wall_s": 1200, "threads": 2, "peak_rss_mb": 18000, "rss_start_mb": 287},
+                {"arm": "pool", "wall_s": 1300, "threads": 2, "peak_rss_mb": 17000},
+                {"arm": "pool", "wall_s": 1500, "threads": 2, "peak_rss_mb": 30000, "rss_start_mb": 9000}]
+    c = psumm.cost(timings, baseline="augment")
+    assert c["augment"]["runs"] == 2 and c["augment"]["wall_s"] == 255 and c["augment"]["peak_mb"] == 4750
+    assert c["pool"]["runs"] == 3 and c["pool"]["wall_s"] == 1300 and c["pool"]["peak_runs"] == 2
+    assert c["pool"]["peak_mb"] == 17500 and c["pool"]["wall_x"] == pytest.approx(1300 / 255)
+    assert c["pool"]["peak_x"] == pytest.approx(17500 / 4750)
+    result = doctest.DocTestRunner().run(doctest.DocTestFinder().find(psumm.cost)[0])
+    assert result.failed == 0 and result.attempted == 2
+
+
+
+def test_the_published_smollm2_summary_is_computed_from_its_records_and_quoted_in_the_docs(tmp_path):
+    """benchmarks/results/experiment-pool/smollm2: the 6-seed summary the docs and the README quote, recomputed
+    from the committed records, is the committed one; its primary, non-inferiority, power and cost rows are in
+    docs/loss-experiment.md."""
+    text = _recomputed(SMOLLM2, tmp_path)
+    docs = DOCS.read_text()
+    quoted = [s for s in text.split("### ") if s.startswith(("Primary", "Canonical accuracy", "Power", "Cost"))]
+    rows = [r for s in quoted for r in s.splitlines()
+            if r.startswith(("| canonical |", "| pool-kl-0.3 |", "| augment |"))]
+    assert len(quoted) == 4 and len(rows) == 10, rows
     for row in rows:
         assert row in docs, row
