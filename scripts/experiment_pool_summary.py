@@ -177,39 +177,39 @@ def _ci(d: dict[str, Any], key: str = "mean") -> str:
     return f"{d[key]:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
 
 
-#: A run's peak memory is its own when it ran in a process of its own (no ``rss_start_mb``) or was the first run
-#: of its process (held less than this when it started: the imports, not an earlier run's model).
-OWN_PEAK_START_MB = 1024.0
+#: A run was measured on its own when it ran in a process of its own (no ``rss_start_mb``) or was the first run of
+#: its process (held less than this when it started: the imports, not an earlier run's model and allocations).
+OWN_PROCESS_START_MB = 1024.0
 
 
 def cost(timings: list[dict[str, Any]], baseline: str) -> dict[str, dict[str, Any]]:
     """Per arm, the median wall time and peak memory of a run, and their ratios to ``baseline``'s.
 
-    Only runs that record their ``threads`` count (measured with the cores to themselves, one run per process or
-    first in its process); a peak counts when it is the run's own (:data:`OWN_PEAK_START_MB`). Medians, so one
-    disturbed run does not set the figure.
+    Only runs measured on their own count: they record their ``threads`` (the cores were theirs) and ran in a
+    process of their own or first in it (:data:`OWN_PROCESS_START_MB`), so their time and peak are theirs alone.
+    Medians, so one disturbed run does not set the figure.
 
     >>> c = cost([{"arm": "a", "wall_s": 10, "threads": 2, "peak_rss_mb": 100},
     ...           {"arm": "b", "wall_s": 50, "threads": 2, "peak_rss_mb": 400},
-    ...           {"arm": "b", "wall_s": 70, "threads": 2, "peak_rss_mb": 9000, "rss_start_mb": 8000},
+    ...           {"arm": "b", "wall_s": 70, "threads": 2, "peak_rss_mb": 300, "rss_start_mb": 280},
+    ...           {"arm": "b", "wall_s": 20, "threads": 2, "peak_rss_mb": 9000, "rss_start_mb": 8000},
     ...           {"arm": "b", "wall_s": 900}], baseline="a")
     >>> c["b"]["wall_s"], c["b"]["wall_x"], c["b"]["peak_mb"], c["b"]["peak_x"], c["b"]["runs"], c["b"]["peak_runs"]
-    (60.0, 6.0, 400.0, 4.0, 2, 1)
+    (60.0, 6.0, 350.0, 3.5, 2, 2)
     """
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in timings:
-        if t.get("threads"):
+        if t.get("threads") and (t.get("rss_start_mb") or 0.0) < OWN_PROCESS_START_MB:
             by[t["arm"]].append(t)
     out: dict[str, dict[str, Any]] = {}
     for arm, ts in by.items():
-        peaks = [t["peak_rss_mb"] for t in ts
-                 if t.get("peak_rss_mb") is not None and t.get("rss_start_mb", 0.0) < OWN_PEAK_START_MB]
-        out[arm] = {"runs": len(ts), "threads": ",".join(sorted({str(t["threads"]) for t in ts})),
+        peaks = [t["peak_rss_mb"] for t in ts if t.get("peak_rss_mb") is not None]
+        out[arm] = {"runs": len(ts), "threads": ",".join(str(n) for n in sorted({int(t["threads"]) for t in ts})),
                     "wall_s": float(np.median([t["wall_s"] for t in ts])),
                     "peak_runs": len(peaks), "peak_mb": float(np.median(peaks)) if peaks else None}
     ref = out.get(baseline)
     for c in out.values():
-        c["wall_x"] = c["wall_s"] / ref["wall_s"] if ref else None
+        c["wall_x"] = c["wall_s"] / ref["wall_s"] if ref and ref["wall_s"] > 0 else None
         c["peak_x"] = c["peak_mb"] / ref["peak_mb"] if ref and ref["peak_mb"] and c["peak_mb"] else None
     return out
 
@@ -282,13 +282,13 @@ def markdown(s: dict[str, Any], losses: list[dict[str, Any]], walls: dict[str, f
                 return f"{np.mean(v):.4f}" if v else "—"
             lines.append(f"| {a} | {mean('sago_task_loss')} | {mean('sago_conf_loss')} | {mean('sago_unlabeled_share')} |")
     if s.get("cost"):
-        base_cost = s["cost"].get(base)
-        lines += ["", f"### Cost per run (median over the runs that record their threads; x: against `{base}`)", "",
-                  "Peak memory: the process's high-water mark, over the runs whose peak is their own.", "",
+        lines += ["", f"### Cost per run (median over the runs measured on their own; x: against `{base}`)", "",
+                  "A run counts when it recorded its threads and ran in a process of its own or first in it. Peak "
+                  "memory: the process's high-water mark (runs with it recorded in parentheses).", "",
                   "| arm | runs | threads | wall per run | x | peak memory | x |", "|---|---:|---:|---:|---:|---:|---:|"]
         for a, c in s["cost"].items():
             peak = f"{c['peak_mb'] / 1024:.1f} GiB ({c['peak_runs']})" if c["peak_mb"] else "—"
-            wx = f"{c['wall_x']:.1f}" if base_cost else "—"
+            wx = f"{c['wall_x']:.1f}" if c["wall_x"] is not None else "—"
             px = f"{c['peak_x']:.1f}" if c["peak_x"] else "—"
             lines.append(f"| {a} | {c['runs']} | {c['threads']} | {c['wall_s']:.0f} s | {wx} | {peak} | {px} |")
     if walls:
@@ -311,8 +311,9 @@ def write_summary(out: Path, *, baseline: str, planned_seeds: int | None = None,
     for t in timings:
         walls[t["arm"]] += float(t["wall_s"])
     summary["wall_s"] = dict(walls)
-    summary["cost"] = {a: c for a, c in sorted(cost(timings, baseline).items(),
-                                               key=lambda kv: (kv[0] != baseline, kv[0]))}
+    costs = cost(timings, baseline)
+    if costs:  # the runs before threads were recorded (tiny, pilot) have no cost table
+        summary["cost"] = dict(sorted(costs.items(), key=lambda kv: (kv[0] != baseline, kv[0])))
     text = markdown(summary, read_jsonl(out / "losses.jsonl"), dict(walls))
     (out / "summary.json").write_text(json.dumps(to_jsonable(summary), indent=1) + "\n")
     (out / "summary.md").write_text(text)
