@@ -29,6 +29,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiment_shards import balance, run_shards  # noqa: E402
 
 KINDS = ("typo", "casing", "whitespace")
 BASELINE = "augment-fresh"
@@ -229,6 +230,9 @@ def shard_args(args: argparse.Namespace, out: Path) -> list[str]:
 
 
 def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]]) -> int:
+    """Train and record this shard's share of the runs not yet recorded (:func:`experiment_shards.balance`)."""
+    import yaml
+
     from sago_train.cli.main import main as cli
 
     base = ROOT / "recipes" / f"experiment-loss-{args.model}.yaml"
@@ -236,11 +240,16 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, dict[str, Path]
     done = recorded(args, out)
     kinds = list(sets)
     jobs = [(seed, arm, rot) for seed in args.seeds for arm in args.arms
-            for rot in (["all"] if arm in ROTATION_FREE else kinds)]
+            for rot in (["all"] if arm in ROTATION_FREE else kinds) if (arm, seed, rot) not in done]
     shard, shards = args.shard
-    for index, (seed, arm, rot) in enumerate(jobs):
-        if index % shards != shard or (arm, seed, rot) in done:
-            continue
+    # A run's cost is the sets it evaluates (a rotation-free run evaluates every rotation's); shard 0 also
+    # evaluates the untrained model on every set once, about one checkpoint of a rotation-free run.
+    steps = args.steps or int(yaml.safe_load(base.read_text())["training"]["max_steps"])
+    evals = max(1, steps // args.eval_steps) if args.eval_steps else 1
+    costs = [2 * (len(kinds) if rot == "all" else 1) * evals + 1 for _, _, rot in jobs]
+    untrained = 0 if args.no_base or ("base", -1, "all") in done else 2 * len(kinds)
+    mine = [job for job, i in zip(jobs, balance(jobs, costs, shards, preload=[untrained])) if i == shard]
+    for seed, arm, rot in mine:
         held = kinds if rot == "all" else [rot]
         monitored = {f"{part}-{h}": sets[h][part] for h in held for part in ("kinds", "instances")}
         trained = [k for k in kinds if k != (kinds[0] if rot == "all" else rot)]
@@ -290,60 +299,6 @@ def publish(out: Path, dest: Path, *, names: tuple[str, ...] = ("summary.md", "s
         shutil.copyfile(out / "records.jsonl.gz", dest / "records.jsonl.gz")  # summarized from the committed copy
 
 
-def _keyed_lines(path: Path) -> list[tuple[tuple[str, int, str], str]]:
-    if not path.exists():
-        return []
-    return [((r["arm"], r["seed"], r["run"]), line) for line in path.read_text().splitlines() if line.strip()
-            for r in [json.loads(line)]]
-
-
-def run_shards(args: argparse.Namespace, out: Path, *, script: str = __file__, common: list[str] | None = None,
-               extra: tuple[str, ...] = ("records.jsonl", "timings.jsonl")) -> int:
-    """Run ``script`` (this experiment, or another with the same ``--shard``/``--out`` flags and ``common``, its
-    settings) in ``args.shards`` processes (``--shard i/N`` each, one thread unless OMP_NUM_THREADS says
-    otherwise, output under ``out/shard-i``), then merge the files ``extra`` into ``out``: the runs ``out``
-    already had, then the shards' new ones, each (arm, seed, run) once."""
-    import subprocess
-
-    common = shard_args(args, out) if common is None else common
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    procs = []
-    for i in range(args.shards):
-        log = (out / f"shard-{i}.log").open("a")
-        procs.append((subprocess.Popen([sys.executable, script, *common, "--shard", f"{i}/{args.shards}",
-                                        "--out", str(out / f"shard-{i}")], env=env, stdout=log,
-                                       stderr=subprocess.STDOUT), log))
-        print(f"shard {i}/{args.shards}: pid {procs[-1][0].pid}, log {out / f'shard-{i}.log'}", flush=True)
-    codes = [proc.wait() for proc, _ in procs]
-    for _, log in procs:
-        log.close()
-    merge_shards(out, args.shards, extra)
-    failed = [i for i, code in enumerate(codes) if code]
-    if failed:
-        print(f"shard(s) {failed} failed (see their logs); the finished runs are merged, a rerun resumes", flush=True)
-        return 1
-    return 0
-
-
-def merge_shards(out: Path, shards: int, names: tuple[str, ...] = ("records.jsonl", "timings.jsonl")) -> None:
-    """Append the shards' runs to ``out``'s files ``names`` (the runs ``out`` has first; each (arm, seed, run)
-    once, whichever shard recorded it), then empty the shards' files: ``out`` is the one record of what ran, so a
-    run deleted from it runs again."""
-    for name in names:
-        lines = _keyed_lines(out / name)
-        have = {key for key, _ in lines}
-        for i in range(shards):
-            new = [(key, line) for key, line in _keyed_lines(out / f"shard-{i}" / name) if key not in have]
-            have |= {key for key, _ in new}
-            lines += new
-        tmp = out / f".{name}.tmp"
-        tmp.write_text("".join(line + "\n" for _, line in lines))
-        tmp.replace(out / name)  # all or nothing: an interrupted merge leaves the old file
-    for i in range(shards):
-        for name in names:
-            (out / f"shard-{i}" / name).unlink(missing_ok=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
@@ -368,9 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-train", type=int, default=None, help="use only the first N training facts (tests)")
     ap.add_argument("--max-groups", type=int, default=None, help="use only the first N held-out groups (tests)")
     ap.add_argument("--shard", default="0/1", metavar="I/N",
-                    help="run only every N-th (seed, arm, rotation) from the I-th (0-based), e.g. two processes on "
-                         "two cores with 0/2 and 1/2 and their own --out; their records.jsonl and timings.jsonl "
-                         "concatenated are the experiment's (the untrained model is evaluated by shard 0)")
+                    help="run only the I-th (0-based) of N even shares of the runs not yet recorded (by the sets each "
+                         "evaluates), e.g. two processes on two cores with 0/2 and 1/2, the same --also-done and "
+                         "their own --out; their records.jsonl and timings.jsonl concatenated are the experiment's "
+                         "(the untrained model is evaluated by shard 0)")
     ap.add_argument("--shards", type=int, default=1,
                     help="run in N processes at once (one thread each: on 2 cores, --shards 2 halves the wall time) "
                          "and merge their records")
@@ -408,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.shards < 1 or (args.shards > 1 and args.shard != (0, 1)):
         raise SystemExit("--shards N needs N >= 1, and runs the --shard i/N processes itself")
     if args.shards > 1 and not args.summary_only:
-        code = run_shards(args, out)
+        code = run_shards(args, out, script=__file__, common=shard_args(args, out))
         if code:
             return code
     elif not args.summary_only:

@@ -47,11 +47,11 @@ from experiment_loss import (  # noqa: E402
     done_runs,
     eval_flags,
     publish,
-    run_shards,
     trim_records,
     write_recipe,
 )
 from experiment_pool_sets import FRESH_KINDS  # noqa: E402
+from experiment_shards import balance, run_shards  # noqa: E402
 
 RECIPES = {"tiny": ROOT / "recipes" / "experiment-pool-tiny.yaml",
            "smollm2": ROOT / "recipes" / "experiment-pool-smollm2.yaml"}
@@ -227,9 +227,9 @@ def run_all(args: argparse.Namespace, out: Path, sets: dict[str, Path]) -> int:
     done = done_runs(out / "records.jsonl") | _also_done(args)
     monitored = {f"{name}-all": sets[name] for name in EVAL_SETS}
     shard, shards = args.shard
-    jobs = [(seed, arm) for seed in args.seeds for arm in args.arms]
-    for index, (seed, arm) in enumerate(jobs):
-        if index % shards != shard or (arm, seed, "all") in done:
+    jobs = [(seed, arm) for seed in args.seeds for arm in args.arms if (arm, seed, "all") not in done]
+    for (seed, arm), i in zip(jobs, balance(jobs, [1.0] * len(jobs), shards)):  # the pending runs, in turn
+        if i != shard:
             continue
         data, overrides = table[arm]
         recipe = write_recipe(RECIPES[args.model], out / "recipes" / f"{data}.yaml", sets[f"train-{data}"], monitored)
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps (tests)")
     ap.add_argument("--axes", default=None, help="comma-separated axes every evaluation computes (default: the "
                     "recipe's)")
-    ap.add_argument("--shard", default="0/1", metavar="I/N", help="run only every N-th (seed, arm) from the I-th")
+    ap.add_argument("--shard", default="0/1", metavar="I/N", help="run only the I-th of N shares of the (seed, arm) runs not yet recorded, in turn")
     ap.add_argument("--shards", type=int, default=1, help="run in N processes of one thread each, then merge")
     ap.add_argument("--also-done", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)

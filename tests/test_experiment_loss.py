@@ -195,7 +195,7 @@ def test_the_training_overrides_reach_every_run_and_every_shard(tmp_path, monkey
     """--learning-rate / --steps become recipe overrides of each run, and a shard process gets them too (the
     first SmolLM2 run is reproduced with --learning-rate 3e-3 --data-seed 0)."""
     seen = []
-    monkeypatch.setattr(experiment_loss, "run_shards", lambda args, out: seen.append(args) or 1)
+    monkeypatch.setattr(experiment_loss, "run_shards", lambda args, out, **kw: seen.append(args) or 1)
     assert experiment_loss.main(["--model", "smollm2", "--arms", "augment-fixed,augment-fresh", "--shards", "2",
                                  "--learning-rate", "3e-3", "--steps", "5", "--out", str(tmp_path)]) == 1
     args = seen[0]
@@ -214,24 +214,6 @@ def test_the_training_overrides_reach_every_run_and_every_shard(tmp_path, monkey
     seen.clear()
     experiment_loss.main(["--model", "tiny", "--arms", "augment-fresh", "--out", str(tmp_path / "tiny")])
     assert (seen[0].seeds, seen[0].data_seed, seen[0].draws) == ([0, 1, 2, 3, 4], 0, 4)  # the tiny model's
-
-
-def test_merging_shards_keeps_each_run_once(tmp_path):
-    def write(path, runs):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps({"arm": a, "seed": s, "run": r, "v": v}) + "\n" for a, s, r, v in runs))
-
-    write(tmp_path / "records.jsonl", [("augment-fresh", 0, "typo", "parent")])
-    # Overlapping shards (e.g. SHARDS changed after an interrupted merge): one copy of each run, the first seen.
-    write(tmp_path / "shard-0" / "records.jsonl", [("augment-fresh", 0, "typo", "s0"), ("canonical", 0, "all", "s0")])
-    write(tmp_path / "shard-1" / "records.jsonl", [("canonical", 0, "all", "s1"), ("canonical", 1, "all", "s1")])
-    experiment_loss.merge_shards(tmp_path, 2)
-    rows = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
-    assert [(r["arm"], r["seed"], r["v"]) for r in rows] == [("augment-fresh", 0, "parent"), ("canonical", 0, "s0"),
-                                                              ("canonical", 1, "s1")]
-    assert not list(tmp_path.glob("shard-*/records.jsonl"))
-    experiment_loss.merge_shards(tmp_path, 2)  # nothing new: unchanged
-    assert [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()] == rows
 
 
 def test_real_facts_ask_the_plain_question():
