@@ -24,7 +24,11 @@ more stable is negated):
   residuals after a linear fit on the accuracy's ranks): what the axis adds to accuracy;
 - ``within_runs``: Pearson's r over checkpoints with every run's own mean removed (the untrained model's evaluation
   is step 0 of every run): whether the axis moves with held-out-kind accuracy during training;
-- ``within_beyond``: the same with the demeaned monitored-set accuracy partialled out.
+- ``within_beyond``: the same with the demeaned monitored-set accuracy partialled out;
+- ``within_tuned`` and ``within_tuned_beyond``: the two within-runs statistics over the fine-tuned checkpoints
+  alone (step 0 left out). Where fine-tuning moves every run away from the untrained model on both the axis and
+  the target (forgetting), the within-runs statistics can read that one contrast; these read what moves with the
+  target while the model trains.
 
 95% CIs: percentile bootstrap resampling runs within each rotation (:data:`N_BOOT` resamples).
 """
@@ -50,7 +54,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 #: Every axis the validity runs record (the registry's, in the order the tables show them).
 AXES = ("confidence", "confidence_prob", "generation", "posix", "mirroring", "activation", "activation_rel")
 ACCURACY = "accuracy"
-STATISTICS = ("across_runs", "beyond_accuracy", "within_runs", "within_beyond")
+STATISTICS = ("across_runs", "beyond_accuracy", "within_runs", "within_beyond", "within_tuned", "within_tuned_beyond")
+#: The statistics that partial out monitored-set accuracy (none for accuracy itself).
+BEYOND = ("beyond_accuracy", "within_beyond", "within_tuned_beyond")
+LABELS = {"across_runs": "across runs", "beyond_accuracy": "beyond accuracy", "within_runs": "within runs",
+          "within_beyond": "within runs, beyond accuracy", "within_tuned": "within runs, fine-tuned steps",
+          "within_tuned_beyond": "the same, beyond accuracy"}
 #: The runs per model: the loss experiment's arms (runs that differ in what they train on), seeds and rotations,
 #: evaluated every ``eval_steps`` steps. SmolLM2's is smaller (about 5 min a run on one core with every axis at
 #: three checkpoints).
@@ -152,15 +161,15 @@ def statistic(name: str, pts: Sequence[Point], axis: str) -> float:
         if name == "across_runs":
             return _corr(x, y)
         return partial_corr(x, y, _ranks(np.array([p.predictors[ACCURACY] for p in sel])))
-    # Within runs: every run's checkpoints, with the untrained model as its step 0.
-    base = [p for p in pts if p.unit[0] == "base"]
+    # Within runs: every run's checkpoints, with the untrained model as its step 0 (within_tuned*: without it).
+    base = [p for p in pts if p.unit[0] == "base"] if name in ("within_runs", "within_beyond") else []
     rows = [(p.unit, p) for p in pts if p.unit[0] != "base"]
     rows += [(u, b) for u in {u for u, _ in rows} for b in base]
     rows = [(u, p) for u, p in rows if np.isfinite(p.predictors[axis])]
     units = [u for u, _ in rows]
     x = _demeaned(np.array([sign * p.predictors[axis] for _, p in rows]), units)
     y = _demeaned(np.array([p.target for _, p in rows]), units)
-    if name == "within_runs":
+    if name in ("within_runs", "within_tuned"):
         return _corr(x, y)
     return partial_corr(x, y, _demeaned(np.array([p.predictors[ACCURACY] for _, p in rows]), units))
 
@@ -188,7 +197,7 @@ def analyse(by_rotation: dict[str, list[Point]], n_boot: int = N_BOOT, seed: int
     for q in quantities:
         result[q] = {}
         for name in STATISTICS:
-            if q == ACCURACY and name in ("beyond_accuracy", "within_beyond"):
+            if q == ACCURACY and name in BEYOND:
                 continue  # accuracy beyond itself
             per_rot = {rot: statistic(name, pts, q) for rot, pts in by_rotation.items()}
             draws = [_nanmean([statistic(name, pts, q) for pts in b.values()]) for b in boots]
@@ -219,15 +228,16 @@ def markdown(summary: dict[str, Any]) -> str:
     runs = ", ".join(f"{r} {n}" for r, n in summary["runs_per_rotation"].items())
     lines = [f"**{summary['model']}**: runs per held-out kind: {runs}; checkpoints at steps "
              f"{', '.join(map(str, summary['steps']))} (0: the untrained model); {summary['n_boot']} bootstrap resamples.",
-             "", "| quantity (monitored sets) | across runs | beyond accuracy | within runs | within runs, beyond "
-             "accuracy |", "|---|---:|---:|---:|---:|"]
+             "", "| quantity (monitored sets) | " + " | ".join(LABELS[s] for s in STATISTICS) + " |",
+             "|---|" + "---:|" * len(STATISTICS)]
     for q, entry in stats.items():
         lines.append(f"| {q} | " + " | ".join(_cell(entry.get(s)) for s in STATISTICS) + " |")
     return "\n".join(lines) + "\n"
 
 
 def plot(summaries: Sequence[dict[str, Any]], path: Path) -> None:
-    """The across-runs and beyond-accuracy estimates with their CIs, one panel per model."""
+    """The across-runs, beyond-accuracy, within-runs and within-fine-tuned-steps estimates with their CIs, one
+    panel per model."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -238,13 +248,13 @@ def plot(summaries: Sequence[dict[str, Any]], path: Path) -> None:
         stats = summary["statistics"]
         names = list(stats)
         for k, (stat, colour) in enumerate((("across_runs", "tab:blue"), ("beyond_accuracy", "tab:orange"),
-                                            ("within_runs", "tab:green"))):
-            ys = np.arange(len(names)) + (k - 1) * 0.25
+                                            ("within_runs", "tab:green"), ("within_tuned", "tab:purple"))):
+            ys = np.arange(len(names)) + (k - 1.5) * 0.2
             est = [stats[q].get(stat, {}).get("estimate", np.nan) for q in names]
             lo = [stats[q].get(stat, {}).get("ci", [np.nan, np.nan])[0] for q in names]
             hi = [stats[q].get(stat, {}).get("ci", [np.nan, np.nan])[1] for q in names]
             ax.errorbar(est, ys, xerr=[np.subtract(est, lo), np.subtract(hi, est)], fmt="o", color=colour,
-                        label=stat.replace("_", " "), capsize=2, markersize=4)
+                        label=LABELS[stat], capsize=2, markersize=4)
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_yticks(np.arange(len(names)), names)
         ax.invert_yaxis()
@@ -252,7 +262,7 @@ def plot(summaries: Sequence[dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{summary['model']}: predicting held-out-kind accuracy", fontsize=9)
         ax.set_xlabel("correlation (positive: more stable where generalization is better)", fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3, frameon=False)
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -113,6 +113,38 @@ def test_within_runs_removes_each_runs_level():
     assert stats["within_runs"]["estimate"] > 0.9
 
 
+def test_within_tuned_leaves_out_the_untrained_model():
+    """Forgetting as the only contrast: the untrained model (step 0) is right and stable, every fine-tuned
+    checkpoint is worse on both, and among the fine-tuned checkpoints the axis is noise. Within runs reads the
+    contrast; within the fine-tuned steps reads nothing."""
+    rng = np.random.default_rng(2)
+    n = 50
+
+    def cell(run, step, target, conf, arm="arm"):
+        right = int(round(target * n))
+        kinds = [_row("typo", arm, run, step, "kinds", [1, 1, 1] if i < right else [1, 0, 0], {}) for i in range(n)]
+        mon = [_row("typo", arm, run, step, "instances", [1, 1, 1] if i < right else [0, 0, 0],
+                    {"confidence": conf}) for i in range(n)]
+        return kinds + mon
+
+    rows = cell(-1, 0, 0.9, 0.1, arm="base")
+    for r in range(16):
+        for step in (10, 20, 30):
+            rows += cell(r, step, rng.uniform(0.3, 0.6), 0.5 + rng.normal(0, 0.05))
+    stats = validity.summarize(rows, "toy", n_boot=200)["statistics"]["confidence"]
+    assert stats["within_runs"]["ci"][0] > 0.5
+    lo, hi = stats["within_tuned"]["ci"]
+    assert lo < 0 < hi and abs(stats["within_tuned"]["estimate"]) < 0.25
+    # The same statistic by hand: Pearson r of the demeaned values over the fine-tuned checkpoints.
+    pts = [p for p in validity.points(rows)["typo"] if p.unit[0] != "base"]
+    units = sorted({p.unit for p in pts})
+    x = np.concatenate([[-p.predictors["confidence"] for p in pts if p.unit == u] for u in units])
+    y = np.concatenate([[p.target for p in pts if p.unit == u] for u in units])
+    mx = np.concatenate([np.full(3, np.mean([-p.predictors["confidence"] for p in pts if p.unit == u])) for u in units])
+    my = np.concatenate([np.full(3, np.mean([p.target for p in pts if p.unit == u])) for u in units])
+    assert stats["within_tuned"]["estimate"] == pytest.approx(np.corrcoef(x - mx, y - my)[0, 1], abs=1e-9)
+
+
 def test_markdown_and_plot_restate_the_summary(tmp_path):
     summary = validity.summarize(_fabricated(n_runs=8), "toy", n_boot=50)
     text = validity.markdown(summary)
@@ -161,3 +193,27 @@ def test_the_committed_summary_is_computed_from_the_committed_records_and_quoted
                 assert again["statistics"][q][name]["estimate"] == pytest.approx(stat["estimate"], abs=1e-9), (q, name)
         table = validity.markdown(committed)
         assert table.split("\n", 2)[2] in doc, f"docs/validity.md does not quote {folder.name}'s table"
+
+
+def test_the_readme_quotes_the_committed_figures():
+    """Each correlation the README's "What the signals mean" paragraph quotes is the committed summary's."""
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    para = readme[readme.index("**What the signals mean**"): readme.index("## Install")]
+
+    def figure(model, quantity, stat, ci=False):
+        entry = json.loads((root / "benchmarks" / "results" / "validity" / model / "validity.json").read_text())
+        e = entry["statistics"][quantity][stat]
+        text = f"{e['estimate']:+.2f}"
+        return text + (f" [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}]" if ci else "")
+
+    quoted = [f"tiny {figure('tiny', 'accuracy', 'across_runs')} across runs",
+              f"SmolLM2 {figure('smollm2', 'accuracy', 'within_runs')} within runs",
+              f"{figure('smollm2', 'accuracy', 'across_runs', ci=True)} across its 8 runs",
+              f"tiny {figure('tiny', 'generation', 'across_runs')} across runs",
+              f"SmolLM2 {figure('smollm2', 'generation', 'within_runs')} within runs",
+              "(" + ", ".join(figure("tiny", a, "across_runs") for a in ("confidence", "posix", "activation")) + ")",
+              "(" + ", ".join(figure("smollm2", a, "within_beyond") for a in ("confidence", "posix", "activation"))
+              + " beyond accuracy within runs"]
+    for q in quoted:
+        assert q in para, q
