@@ -3,12 +3,9 @@ callbacks, and train. The CLI's ``sago-train run`` is a thin wrapper around :fun
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +21,7 @@ from ..integrations.options import MonitorOptions
 from ..io import read_jsonl, validate_set_name
 from ..limits import MAX_TRAIN_FILE_BYTES, MAX_VARIANT_CHARS
 from ..model.layers import num_decoder_layers, resolve_layers
-from ..model.loading import load_model_and_tokenizer
+from ..model.loading import load_model_and_tokenizer, others_deprecations
 from ..results.layout import SAGO_DIR, history_path
 from ..results.store import read_history
 from ..threads import configure_torch_threads
@@ -35,21 +32,6 @@ from .recipe import Recipe
 from .runner_env import wandb_dir_default, wandb_mode_default
 
 logger = logging.getLogger(__name__)
-
-
-#: Deprecation warnings that other libraries' own code raises in every run, and that no setting of ours avoids:
-#: PEFT 0.21's get_peft_model reads transformers' deprecated ``is_gradient_checkpointing``; TRL's SFTConfig
-#: sets the deprecated ``gradient_checkpointing`` argument by default. A run says them once, and neither is
-#: the user's to fix, so a recipe run filters exactly these (``make test`` filters them too, in pyproject).
-OTHERS_DEPRECATIONS = (r"`is_gradient_checkpointing` is deprecated", r"`gradient_checkpointing` is deprecated")
-
-
-@contextlib.contextmanager
-def _others_deprecations() -> Iterator[None]:
-    with warnings.catch_warnings():
-        for message in OTHERS_DEPRECATIONS:
-            warnings.filterwarnings("ignore", message=message, category=FutureWarning)
-        yield
 
 
 def load_records(recipe: Recipe, value: str, what: str) -> list[dict[str, Any]]:
@@ -190,7 +172,7 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
         config = peft.LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
         try:
-            with _others_deprecations():
+            with others_deprecations():
                 model = peft.get_peft_model(model, config)
         except (ValueError, TypeError) as err:  # e.g. target modules the model does not have
             first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
@@ -242,7 +224,7 @@ def build_trainer(recipe: Recipe, *, output_dir: str | None = None, overwrite: b
         if recipe.trainer == "sft":
             from trl import SFTConfig
 
-            with _others_deprecations():
+            with others_deprecations():
                 args = SFTConfig(**training)
         else:
             from transformers import TrainingArguments

@@ -53,3 +53,24 @@ def test_the_block_count_under_another_name_is_read(tmp_path):
         check_block_count(gpt2)
     model, _ = load_model_and_tokenizer(tiny_model_path(), device="cpu")  # the shipped model loads as before
     assert model.config.num_hidden_layers == 4
+
+
+def test_loading_an_adapter_says_none_of_the_other_libraries_deprecations(tmp_path):
+    """PEFT's PeftModel.from_pretrained reads transformers' deprecated ``is_gradient_checkpointing``: `sago-train
+    eval --model ADAPTER` printed that FutureWarning, which is not the user's to fix. The adapter still loads."""
+    import warnings
+
+    import peft
+    import transformers as tf
+
+    base = tf.AutoModelForCausalLM.from_pretrained(tiny_model_path())
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(tiny_model_path())
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model, _ = load_model_and_tokenizer(str(tmp_path / "adapter"))
+    assert isinstance(model, peft.PeftModel)
+    assert not [w for w in caught if "gradient_checkpointing" in str(w.message)], [str(w.message) for w in caught]
