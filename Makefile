@@ -110,6 +110,7 @@ study: $(STAMP)
 		--model smollm2=sago://smollm2-135m-instruct --model gemma=sago://gemma-3-270m \
 		--model smollm2-canonical=$(DEMO_REAL)/canonical --model smollm2-augment=$(DEMO_REAL)/augment \
 		--set real --max-groups 0 --axes confidence,generation,posix,activation_rel --out $(STUDY) --reuse
+	$(PY) benchmarks/study_power.py --study $(STUDY) --out $(STUDY)/power
 
 # The pool experiment (docs/loss-experiment.md#the-pool-experiment): the tiny model learns an answer format from 16
 # labeled facts, with 48 unlabeled facts' prompts as a pool; 8 arms (canonical, augment, the KL term on the pool at

@@ -1,0 +1,77 @@
+"""docs/study.md's measured study: the committed report's findings are computed from the committed evaluations
+(benchmarks/results/study), and every table and count the page quotes is the committed one."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sago_train.analysis.compare import load_sources
+from sago_train.analysis.report_findings import (
+    findings_markdown,
+    relations_from_records,
+    reliability_from_records,
+)
+from sago_train.functional import findings
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "study"
+ENTRIES = ("smollm2", "gemma", "smollm2-canonical", "smollm2-augment")
+
+
+@pytest.fixture(scope="module")
+def evals():
+    return load_sources([str(RESULTS / e) for e in ENTRIES], last_only=True)
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return (ROOT / "docs" / "study.md").read_text()
+
+
+def test_the_committed_findings_are_computed_from_the_committed_evaluations(evals):
+    report = (RESULTS / "report.md").read_text()
+    assert "\n".join(findings_markdown(evals)).strip() in report
+
+
+def test_the_page_quotes_the_committed_tables(doc):
+    report = (RESULTS / "report.md").read_text()
+    for name in ("arithmetic", "capitals", "opposites", "science"):
+        start = report.index(f"### set `{name}`\n\n") + len(f"### set `{name}`\n\n")
+        assert report[start: report.index("\n\n", start)] in doc, name
+    power = (RESULTS / "power.md").read_text().rstrip("\n")
+    assert power in doc
+
+
+def test_the_page_quotes_the_committed_counts(evals, doc):
+    text = " ".join(doc.split())
+    tests = {(ev.label, s, a): rel for ev in evals for s in ev.sets for a, rel in reliability_from_records(ev, s).items()}
+    family = findings.reliability_family(tests)
+    verdicts = Counter(v.verdict() for v in family.values())
+    assert f"Of the {len(family)} model x set x axis cells tested together (Holm), {verdicts['not noise']} are" in text
+    rel = Counter(r.verdict for r in relations_from_records(evals))
+    assert (f"Of {sum(rel.values())} pairs (entry x set x pair of axes), {rel['related']} are related, "
+            f"{rel['distinct']} distinct and {rel['inconclusive']} inconclusive") in text
+    cmp = json.loads((RESULTS / "comparison.json").read_text())
+    fam = cmp["families"]["axes"]
+    flipped = sum(r["reversal"]["flipped"] for a, r in cmp["axes"].items() if a != "instability")
+    means = sum(1 for a, r in cmp["axes"].items() if a != "instability" for f in r["flips"])
+    assert f"Of the {fam['tested']} flips that could occur" in text and f"**{fam['robust']} are robust**" in text
+    assert f"{means} occur in the means" in text, (means, flipped)
+
+
+def test_the_power_table_was_computed_at_this_studys_sizes():
+    spec = importlib.util.spec_from_file_location("study_power", ROOT / "benchmarks" / "study_power.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        sizes = module.study_sizes(RESULTS)
+    finally:
+        sys.modules.pop(spec.name, None)
+    assert json.loads((RESULTS / "power.json").read_text())["sizes"] == sizes
