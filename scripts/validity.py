@@ -28,7 +28,7 @@ more stable is negated):
 
 The untrained model's evaluation (step 0, arm ``base``) is in no statistic. It is one evaluation shared by every
 run, so resampling runs cannot represent its chance error: counted as every run's step 0, the within-runs CIs
-excluded 0 in 0.355 of null replicates (``benchmarks/validity_ci_coverage.py``, nominal 0.05), the whole
+excluded 0 in 0.355 of null replicates (``benchmarks/validity_ci_coverage.py`` at commit 5af485c, nominal 0.05), the whole
 correlation resting on one contrast. The loss experiment's summary of the same records reports it as a reference.
 
 95% CIs: percentile bootstrap resampling runs within each rotation (:data:`N_BOOT` resamples).
