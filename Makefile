@@ -142,7 +142,8 @@ experiment-loss-first: $(STAMP)
 # every axis at every checkpoint; per axis, measured on the monitored sets, its correlation with accuracy on the
 # never-trained perturbation kind and its increment over monitored-set accuracy, with bootstrap CIs over runs. Resumes;
 # records under runs/validity/$(MODEL), the published copy and summary under benchmarks/results/validity/$(MODEL),
-# then the tables of every published model and docs/validity.png. MODEL=tiny (about 70 min on 2 cores) or smollm2.
+# then the tables of every published model and docs/validity.png. MODEL=tiny (59 min of one-core runs, about 30 min
+# on 2 cores) or smollm2 (5.1 hours of one-core runs, about 2.6 hours on 2 cores).
 validity: $(STAMP)
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
 		$(PY) scripts/validity.py --model $(MODEL) --run --shards $(SHARDS) --publish benchmarks/results/validity/$(MODEL)
