@@ -85,21 +85,28 @@ def flip_power(n: int, m: int, effect: float, replicates: int, seed: int = 0, n_
 
 
 def study_sizes(study: Path) -> dict[str, int]:
-    """The smallest number of groups of a set, and the three families' sizes, of the study in ``study`` (its
-    evaluation folders, as `sago-train study --out` writes them)."""
-    from sago_train.analysis.compare import compare_evaluations, load_sources
+    """The smallest number of groups of a set, and the three families' sizes, of the study in ``study``: the
+    entries its comparison ranked (``report/comparison.json`` as `sago-train study --out` writes it, or
+    ``comparison.json`` beside the evaluations), each evaluation in ``study/<label>``; the flips' family as the
+    comparison recorded it. Other folders in ``study`` (an earlier study's entries) are not counted."""
+    from sago_train.analysis.compare import load_sources
     from sago_train.analysis.report_findings import relations_from_records, reliability_from_records
 
-    dirs = sorted(str(d) for d in study.iterdir() if (d / "summary.json").exists() or (d / "sago").exists())
-    if len(dirs) < 2:
-        raise SystemExit(f"{study}: expected at least two evaluation folders (sago-train study --out), got {dirs}")
-    evals = load_sources(dirs, last_only=True)
+    found = [f for f in (study / "report" / "comparison.json", study / "comparison.json") if f.exists()]
+    if not found:
+        raise SystemExit(f"{study}: no report/comparison.json; run `sago-train study --out {study}` first (it writes "
+                         "the comparison this script reads the entries and the flips' family from)")
+    cmp = json.loads(found[0].read_text())
+    dirs = [study / e["label"] for e in cmp["entries"]]
+    missing = [str(d) for d in dirs if not (d / "summary.json").exists()]
+    if missing:
+        raise SystemExit(f"{found[0]}: the entries' evaluation folders are missing: {', '.join(missing)}")
+    evals = load_sources([str(d) for d in dirs], last_only=True)
     tests = {(ev.label, s, axis): rel for ev in evals for s in ev.sets
              for axis, rel in reliability_from_records(ev, s).items()}
     family = findings.reliability_family(tests)
     rel_m = sum(1 for r in family.values() if np.isfinite(r.p_holm))  # the tests Holm corrected together
     relations = [r for r in relations_from_records(evals) if r.verdict != "undefined"]
-    cmp = compare_evaluations(evals, allow_different_groups=True)
     groups = min(s.n_groups for ev in evals for s in ev.sets.values())
     return {"groups": groups, "reliability": rel_m, "relations": relations[0].family if relations else 0,
             "flips": int(cmp["families"]["axes"]["tested"])}
@@ -130,7 +137,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| rho = {r} | {p:.2f} | {rel['distinct']:.2f} | {rel['related']:.2f} |")
     lines += ["", f"| paired effect d (SD), opposite on two sets | robust flip (m = {s['flips']}) |", "|---|---:|"]
     lines += [f"| {d} | {p:.2f} |" for d, p in result["flips"].items()]
-    lines += ["", f"Smallest one-sided Wilcoxon p at {s['groups']} groups: 2^-{s['groups']} = "
+    lines += ["", f"Smallest one-sided Wilcoxon p at {s['groups']} groups (exact, without ties): "
+                  f"2^-{s['groups']} = "
                   f"{result['smallest_wilcoxon_p']:.2g}; Holm's first threshold for flips: {ALPHA} / {s['flips']} = "
                   f"{ALPHA / max(1, s['flips']):.2g}; for reliability: {ALPHA} / {s['reliability']} = "
                   f"{ALPHA / max(1, s['reliability']):.2g} (the permutation test's smallest p with 2000 permutations: "

@@ -121,17 +121,17 @@ def test_within_runs_leaves_out_the_untrained_model():
     rng = np.random.default_rng(2)
     n = 50
 
-    def cell(run, step, target, conf, arm="arm"):
-        right = int(round(target * n))
+    def cell(run, step, target, monitored, conf, arm="arm"):
+        right, mon = int(round(target * n)), int(round(monitored * n))
         kinds = [_row("typo", arm, run, step, "kinds", [1, 1, 1] if i < right else [1, 0, 0], {}) for i in range(n)]
-        mon = [_row("typo", arm, run, step, "instances", [1, 1, 1] if i < right else [0, 0, 0],
-                    {"confidence": conf}) for i in range(n)]
-        return kinds + mon
+        inst = [_row("typo", arm, run, step, "instances", [1, 1, 1] if i < mon else [0, 0, 0],
+                     {"confidence": conf}) for i in range(n)]
+        return kinds + inst
 
-    rows = cell(-1, 0, 0.9, 0.1, arm="base")
+    rows = cell(-1, 0, 0.9, 0.9, 0.1, arm="base")
     for r in range(16):
-        for step in (10, 20, 30):
-            rows += cell(r, step, rng.uniform(0.3, 0.6), 0.5 + rng.normal(0, 0.05))
+        for step in (10, 20, 30):  # monitored accuracy independent of the target: "beyond accuracy" has room
+            rows += cell(r, step, rng.uniform(0.3, 0.6), rng.uniform(0.3, 0.6), 0.5 + rng.normal(0, 0.05))
     stats = validity.summarize(rows, "toy", n_boot=200)["statistics"]["confidence"]
     for name in ("within_runs", "within_beyond"):
         lo, hi = stats[name]["ci"]

@@ -50,15 +50,25 @@ def test_the_smallest_wilcoxon_p_is_scipys_exact_one(power):
     assert "| rho = 0 |" in text and "2^-20" in text
 
 
-def test_study_sizes_reads_a_study_folder(power, tmp_path):
+def test_study_sizes_reads_the_entries_the_study_compared(power, tmp_path):
+    import json
+
+    from sago_train.analysis.compare import compare_evaluations, load_sources
     from tests._helpers.results_dirs import axis_values, write_eval_dir
 
     for k, name in enumerate(("a", "b", "c")):
         write_eval_dir(tmp_path / name, {"s1": axis_values(k), "s2": axis_values(10 + k)}, model=name)
+    with pytest.raises(SystemExit, match="no report/comparison.json"):
+        power.study_sizes(tmp_path)
+    cmp = compare_evaluations(load_sources([str(tmp_path / n) for n in "abc"], last_only=True))
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "comparison.json").write_text(json.dumps(cmp))
+    # An earlier study's entry left in the folder (5 groups) is not one of this study's.
+    write_eval_dir(tmp_path / "old", {"s1": axis_values(7, n=5), "s2": axis_values(8, n=5)}, model="old")
     sizes = power.study_sizes(tmp_path)
     assert sizes["groups"] == 12
     # 3 entries x 2 sets x the 3 pairs of the non-constant axes (mirroring is 0 everywhere: undefined).
     assert sizes["relations"] == 18
-    # At most 3 entry pairs x 1 set pair x 4 axes could flip.
-    assert 0 < sizes["flips"] <= 12
+    # 3 entry pairs x 1 set pair x 4 axes (activation, confidence, generation, mirroring) could flip.
+    assert sizes["flips"] == 12 == cmp["families"]["axes"]["tested"]
     assert sizes["reliability"] == 0  # these records have no split halves
