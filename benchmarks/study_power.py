@@ -90,7 +90,7 @@ def study_sizes(study: Path) -> dict[str, int]:
     ``comparison.json`` beside the evaluations), each evaluation in ``study/<label>``; the flips' family as the
     comparison recorded it. Other folders in ``study`` (an earlier study's entries) are not counted."""
     from sago_train.analysis.compare import load_sources
-    from sago_train.analysis.report_findings import relations_from_records, reliability_from_records
+    from sago_train.analysis.report_findings import relations_from_records, reliability_of
 
     found = [f for f in (study / "report" / "comparison.json", study / "comparison.json") if f.exists()]
     if not found:
@@ -102,9 +102,7 @@ def study_sizes(study: Path) -> dict[str, int]:
     if missing:
         raise SystemExit(f"{found[0]}: the entries' evaluation folders are missing: {', '.join(missing)}")
     evals = load_sources([str(d) for d in dirs], last_only=True)
-    tests = {(ev.label, s, axis): rel for ev in evals for s in ev.sets
-             for axis, rel in reliability_from_records(ev, s).items()}
-    family = findings.reliability_family(tests)
+    family = reliability_of(evals)
     rel_m = sum(1 for r in family.values() if np.isfinite(r.p_holm))  # the tests Holm corrected together
     relations = [r for r in relations_from_records(evals) if r.verdict != "undefined"]
     groups = min(s.n_groups for ev in evals for s in ev.sets.values())

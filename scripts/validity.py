@@ -173,12 +173,12 @@ def statistic(name: str, pts: Sequence[Point], axis: str) -> float:
 
 def _resample(pts: Sequence[Point], rng: np.random.Generator) -> list[Point]:
     """The rotation's runs drawn with replacement (each draw a new unit: a run drawn twice counts twice); the
-    untrained model's points are kept."""
+    untrained model, in no statistic, is left out."""
     units = sorted({p.unit for p in pts if p.unit[0] != "base"})
     by_unit = defaultdict(list)
     for p in pts:
         by_unit[p.unit].append(p)
-    out = list(by_unit.get(("base", -1), []))
+    out: list[Point] = []
     for k, i in enumerate(rng.integers(0, len(units), len(units))):
         out += [Point((units[i][0], k), p.step, p.target, p.predictors) for p in by_unit[units[i]]]
     return out

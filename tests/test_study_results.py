@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
@@ -14,9 +13,9 @@ from sago_train.analysis.compare import load_sources
 from sago_train.analysis.report_findings import (
     findings_markdown,
     relations_from_records,
-    reliability_from_records,
+    reliability_of,
 )
-from sago_train.functional import findings
+from tests._helpers.scripts import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "study"
@@ -49,8 +48,7 @@ def test_the_page_quotes_the_committed_tables(doc):
 
 def test_the_page_quotes_the_committed_counts(evals, doc):
     text = " ".join(doc.split())
-    tests = {(ev.label, s, a): rel for ev in evals for s in ev.sets for a, rel in reliability_from_records(ev, s).items()}
-    family = findings.reliability_family(tests)
+    family = reliability_of(evals)
     verdicts = Counter(v.verdict() for v in family.values())
     assert f"Of the {len(family)} model x set x axis cells tested together (Holm), {verdicts['not noise']} are" in text
     rel = Counter(r.verdict for r in relations_from_records(evals))
@@ -68,8 +66,7 @@ def test_the_power_table_was_computed_at_this_studys_sizes(evals):
     reliability and relations families as their tests record them, the flips' as comparison.json does, and the
     fewest groups of a set from the evaluations' summaries."""
     sizes = json.loads((RESULTS / "power.json").read_text())["sizes"]
-    tests = {(ev.label, s, a): rel for ev in evals for s in ev.sets for a, rel in reliability_from_records(ev, s).items()}
-    tested = [r for r in findings.reliability_family(tests).values() if not r.same_as and not r.note]
+    tested = [r for r in reliability_of(evals).values() if not r.same_as and not r.note]
     assert sizes["reliability"] == tested[0].family == len(tested) == 64
     assert sizes["relations"] == relations_from_records(evals)[0].family == 96
     assert sizes["flips"] == json.loads((RESULTS / "comparison.json").read_text())["families"]["axes"]["tested"]
@@ -78,8 +75,6 @@ def test_the_power_table_was_computed_at_this_studys_sizes(evals):
 
 
 def test_the_power_table_restates_its_json():
-    spec = importlib.util.spec_from_file_location("study_power", ROOT / "benchmarks" / "study_power.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = json.loads((RESULTS / "power.json").read_text())
-    assert module.markdown(result) == (RESULTS / "power.md").read_text()
+    with script_module("benchmarks/study_power.py") as module:
+        result = json.loads((RESULTS / "power.json").read_text())
+        assert module.markdown(result) == (RESULTS / "power.md").read_text()

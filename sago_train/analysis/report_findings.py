@@ -13,7 +13,7 @@ from ..functional import findings
 from ..results.evaluation import INSTABILITY, Evaluation, ordered_union
 from .ranking import compare_evaluations, reversal_headline
 
-__all__ = ["findings_markdown", "reliability_from_records", "relations_from_records"]
+__all__ = ["findings_markdown", "relations_from_records", "reliability_from_records", "reliability_of"]
 
 
 def reliability_from_records(ev: Evaluation, set_name: str, *, seed: int = 0) -> dict[str, findings.Reliability]:
@@ -24,6 +24,13 @@ def reliability_from_records(ev: Evaluation, set_name: str, *, seed: int = 0) ->
     if s is None or not s.has_records:
         return {}
     return {axis: findings.split_half_reliability(*s.half_values(axis), seed=seed) for axis in s.axes}
+
+
+def reliability_of(evals: Sequence[Evaluation]) -> dict[tuple[str, str, str], findings.Reliability]:
+    """Finding 1 for the runs a report prints: every run's, set's and axis's split-half test, corrected together
+    (:func:`sago_train.functional.findings.reliability_family`), keyed ``(run label, set, axis)``."""
+    return findings.reliability_family({(ev.label, s, axis): rel for ev in evals for s in ev.sets
+                                        for axis, rel in reliability_from_records(ev, s).items()})
 
 
 def relations_from_records(evals: Sequence[Evaluation], *, seed: int = 0) -> list[findings.Relation]:
@@ -53,10 +60,8 @@ def findings_markdown(last: Sequence[Evaluation]) -> list[str]:
           f"table. 'not noise' = Holm p < {findings.ALPHA}, so the chance of any false 'not noise' in the table is at "
           "most that; `activation_rel` is the same finding as `activation` (on a half they differ by a per-layer "
           "constant of the set) and is not counted twice.", ""]
-    tests = {(ev.label, s, axis): rel for ev in last for s in ev.sets
-             for axis, rel in reliability_from_records(ev, s).items()}
     rows = []
-    for (run, s, axis), rel in findings.reliability_family(tests).items():
+    for (run, s, axis), rel in reliability_of(last).items():
         sb = fmt_num(rel.corrected) if rel.corrected is not None else "n/a (r <= 0)"
         holm_p = "-" if rel.same_as or rel.note else fmt_p(rel.adjusted)
         rows.append([run, s, axis, fmt_num(rel.r), sb, fmt_p(rel.p_value), holm_p, rel.n,

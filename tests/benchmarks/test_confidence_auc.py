@@ -3,16 +3,15 @@ the script computes from the committed evaluations (benchmarks/results/confidenc
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sago_train.results.evaluation import Evaluation
+from tests._helpers.scripts import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "confidence-auc"
@@ -20,12 +19,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "confidence-auc"
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("confidence_auc", ROOT / "benchmarks" / "confidence_auc.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module("benchmarks/confidence_auc.py") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

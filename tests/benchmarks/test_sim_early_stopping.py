@@ -4,13 +4,13 @@ must stop a clear regression (a rule that never stops would pass the first test 
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests._helpers.scripts import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHA = 0.05
@@ -18,14 +18,10 @@ ALPHA = 0.05
 
 @pytest.fixture(scope="module")
 def sim():
-    spec = importlib.util.spec_from_file_location("sim_early_stopping", ROOT / "benchmarks" / "sim_early_stopping.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks itself up there
-    spec.loader.exec_module(module)
-    logging.getLogger("sago_train").setLevel(logging.ERROR)  # every stop is a warning: hundreds here
-    yield module
-    logging.getLogger("sago_train").setLevel(logging.NOTSET)
-    sys.modules.pop(spec.name, None)
+    with script_module("benchmarks/sim_early_stopping.py") as module:
+        logging.getLogger("sago_train").setLevel(logging.ERROR)  # every stop is a warning: hundreds here
+        yield module
+        logging.getLogger("sago_train").setLevel(logging.NOTSET)
 
 
 def _bound(runs: int) -> float:

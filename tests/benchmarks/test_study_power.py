@@ -4,25 +4,17 @@ the family sizes read from a study folder equal to those its report corrects ove
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests._helpers.scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def power():
-    spec = importlib.util.spec_from_file_location("study_power", ROOT / "benchmarks" / "study_power.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module("benchmarks/study_power.py") as module:
+        yield module
 
 
 def test_no_effect_is_not_claimed_and_a_large_one_is(power):
