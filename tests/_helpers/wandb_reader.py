@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import struct
+import time
 
 BLOCK = 32768
+COMPLETE_WITHIN_S = 60.0
 
 
-def read_records(path):
+def read_records(path, *, complete_within_s: float = COMPLETE_WITHIN_S):
+    """The run's records, once its file is complete. ``wandb.finish()`` can return before wandb-core has written
+    the last records (seen under load: the final step's row was missing when read at once, present a moment
+    later), so wait until the run's closing ``exit`` record is on disk, and fail if it never comes."""
+    deadline = time.monotonic() + complete_within_s
+    while True:
+        recs = _parse(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in recs):
+            return recs
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path}: no 'exit' record after {complete_within_s:.0f} s, so the run was never "
+                               f"finished (call wandb.finish()) or wandb-core did not write it out")
+        time.sleep(0.1)
+
+
+def _parse(path):
     from wandb.proto import wandb_internal_pb2 as pb
 
     data = open(path, "rb").read()
@@ -24,6 +41,8 @@ def read_records(path):
         if length == 0 and rtype == 0:
             pos += left
             continue
+        if pos + 7 + length > len(data):
+            break  # a record still being written
         chunk = data[pos + 7: pos + 7 + length]
         pos += 7 + length
         if rtype == 1:
@@ -40,7 +59,6 @@ def read_records(path):
         r.ParseFromString(raw)
         recs.append(r)
     return recs
-
 
 
 def history_rows(path) -> list[dict[str, str]]:

@@ -223,6 +223,31 @@ def test_sft_trainer(tmp_path):
     assert train_rows and all(all(k in h for k in extras) for h in train_rows)
 
 
+def test_the_wandb_reader_waits_for_the_closing_record(tmp_path, monkeypatch):
+    """The tests read W&B's offline file right after wandb.finish(), which can return before wandb-core has written
+    the last rows: the reader must see every row of a closed run and refuse a file without its exit record."""
+    wandb = pytest.importorskip("wandb")
+    from .._helpers.wandb_reader import history_rows, read_records
+
+    wandb.finish()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(project="sago-reader", dir=str(tmp_path))
+    for step in range(5):
+        wandb.log({"x": step})
+    run_dir = Path(run.dir).parent
+    wandb.finish()
+    (path,) = glob.glob(str(run_dir / "*.wandb"))
+    assert [json.loads(r["x"]) for r in history_rows(path)] == [0, 1, 2, 3, 4]
+    data = Path(path).read_bytes()
+    kinds = [r.WhichOneof("record_type") for r in read_records(path)]
+    assert kinds[-1] == "exit" and kinds.count("exit") == 1
+    cut = tmp_path / "unfinished.wandb"
+    cut.write_bytes(data[: len(data) // 2])  # what a reader racing wandb-core can see: no exit record yet
+    with pytest.raises(TimeoutError, match="no 'exit' record after 0 s"):
+        read_records(cut, complete_within_s=0.3)
+
+
 def test_wandb_offline_receives_metrics_histograms_and_table(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     from .._helpers.wandb_reader import history_rows
