@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -13,6 +14,9 @@ from ._helpers.tiny import make_byte_tokenizer, make_tiny_model
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# wandb keeps the first run folder it resolves in a process: a test that starts a run without WANDB_DIR would put
+# it, and every later test's run in that worker, under the repository's ./wandb.
+os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="sago-tests-wandb-"))
 # `make test` runs two pytest workers on two cores: one thread each avoids oversubscription, which makes
 # tiny-model tests many times slower. Subprocess workers get OMP_NUM_THREADS=1 for the same reason.
 torch.set_num_threads(1)

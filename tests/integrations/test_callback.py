@@ -231,8 +231,9 @@ def test_the_wandb_reader_waits_for_the_closing_record(tmp_path, monkeypatch):
 
     wandb.finish()
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # wandb keeps the first one per process: never the repository
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = wandb.init(project="sago-reader", dir=str(tmp_path))
+    run = wandb.init(project="sago-reader")
     for step in range(5):
         wandb.log({"x": step})
     run_dir = Path(run.dir).parent
