@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -16,7 +18,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # wandb keeps the first run folder it resolves in a process: a test that starts a run without WANDB_DIR would put
 # it, and every later test's run in that worker, under the repository's ./wandb.
-os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="sago-tests-wandb-"))
+if "WANDB_DIR" not in os.environ:
+    os.environ["WANDB_DIR"] = tempfile.mkdtemp(prefix="sago-tests-wandb-")
+    atexit.register(shutil.rmtree, os.environ["WANDB_DIR"], ignore_errors=True)
 # `make test` runs two pytest workers on two cores: one thread each avoids oversubscription, which makes
 # tiny-model tests many times slower. Subprocess workers get OMP_NUM_THREADS=1 for the same reason.
 torch.set_num_threads(1)
